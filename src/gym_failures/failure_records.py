@@ -1,0 +1,297 @@
+"""What a failure records: the events Gym servers observe, the report forwarding them, the episode failure.
+
+Failure kinds live in `gym_failures.failure_kinds`; `gym_failures.failure_transport` carries reports
+over HTTP (API reference: ``spec/failure_records.md``).
+
+Wire form: a `FailureReport` serializes its events keyed by event id and leaves `event_id` out of each
+event, because the key carries it (a 4096-byte header has no room for every id twice);
+`_restore_event_ids` puts it back on the way in, and an event that does carry an id must carry its key.
+Every model drops fields that are `None` when serialized, so the wire form stays small and a
+`model_validate_json(model_dump_json())` round trip is exact.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from gym_failures.failure_kinds import FailureStage, require_failure_kind, validate_failure_kind
+
+_MAX_REASON = 2000
+_MAX_ID = 128
+_MAX_NAME = 256
+
+
+def _without_none(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {key: value for key, value in data.items() if value is not None}
+    return data
+
+
+class FailureBoundary(enum.Enum):
+    """The places a failure is observed, as the failure-boundaries RFC names them.
+
+    Each one reports what it observed; none of them chooses retries, terminality or scores.
+    """
+
+    AGENT = "agent"
+    COLLECTION = "collection"
+    ENVIRONMENT = "environment"
+    HARNESS = "harness"
+    MODEL = "model"
+    RESOURCES_SERVER = "resources_server"
+    SANDBOX = "sandbox"
+
+
+class SdkErrorDetails(BaseModel):
+    """Diagnostics an adapter selected from a third-party SDK error before it raised its own failure.
+
+    The adapter chooses the message (for example the SDK's `message` field), because `str()` of an SDK
+    error can contain request data. The SDK object, its request and its response body are never stored.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    exception_type: str = Field(min_length=1, max_length=_MAX_NAME)
+    http_status: int | None = Field(default=None, ge=100, le=599)
+    message: str = Field(max_length=_MAX_REASON)
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_none(handler(self))
+
+
+class ModelFailureDetails(BaseModel):
+    """Observed model-request facts, independent of retry or scoring policy."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider_request_id: str | None = Field(default=None, max_length=_MAX_NAME)
+    request_upload_complete: bool | None = None
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_none(handler(self))
+
+
+class SandboxFailureDetails(BaseModel):
+    """Observed sandbox facts; missing evidence stays absent, with no inferred cause or policy.
+
+    A last execution ID does not establish causation. Preserve provider reason codes as reported;
+    use only reported command exit codes, not synthesized fallback codes.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    execution_id: str | None = Field(default=None, max_length=_MAX_NAME)
+    exit_code: int | None = None
+    provider: str | None = Field(default=None, max_length=_MAX_NAME)
+    provider_status_reason: str | None = Field(default=None, max_length=_MAX_REASON)
+    sandbox_id: str | None = Field(default=None, max_length=_MAX_NAME)
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_none(handler(self))
+
+
+FailureDetails = SandboxFailureDetails | ModelFailureDetails
+
+_DETAILS_BY_BOUNDARY: dict[FailureBoundary, type[SandboxFailureDetails] | type[ModelFailureDetails]]
+_DETAILS_BY_BOUNDARY = {
+    FailureBoundary.SANDBOX: SandboxFailureDetails,
+    FailureBoundary.MODEL: ModelFailureDetails,
+}
+
+
+class FailureEvent(BaseModel):
+    """One observed failure: who observed it, what failed, and which failure caused it.
+
+    This is the validated wire projection of a `NgFailureEvent`, whose fields and origin identity live
+    on the exception itself. `cause_id` names another Gym failure in the same map. Foreign SDK facts
+    live in `foreign_error`; they are not boundary-less Gym events. `details` uses the schema selected
+    by `boundary`; common facts stay on this event, without a second copy in details.
+
+    Readers count each failure once by `event_id`. Outcome policy stays with
+    `EpisodeFailure.terminal` and the collector's existing rules.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    event_id: str = Field(min_length=1, max_length=_MAX_ID)
+    boundary: FailureBoundary
+    failure_kind: str
+    failure_reason: str = Field(default="", max_length=_MAX_REASON)
+    stage: FailureStage | None = None
+    cause_id: str | None = Field(default=None, max_length=_MAX_ID)
+    http_status: int | None = Field(default=None, ge=100, le=599)
+    operation: str | None = Field(default=None, max_length=_MAX_NAME)
+    operation_id: str | None = Field(default=None, max_length=_MAX_ID)
+    attempt_id: str | None = Field(default=None, max_length=_MAX_ID)
+    details: FailureDetails | None = None
+    foreign_error: SdkErrorDetails | None = None
+    exception_type: str | None = Field(default=None, max_length=_MAX_NAME)
+
+    @field_validator("failure_kind")
+    @classmethod
+    def _validate_failure_kind(cls, value: str) -> str:
+        return require_failure_kind(value)
+
+    @field_validator("details", mode="before")
+    @classmethod
+    def _validate_details(cls, value: object, info: ValidationInfo) -> FailureDetails | None:
+        if value is None:
+            return None
+        boundary = info.data.get("boundary")
+        if boundary is None:
+            raise ValueError("details need a valid boundary to choose their schema")
+        schema = _DETAILS_BY_BOUNDARY.get(boundary)
+        if schema is None:
+            raise ValueError(f"the {boundary.value} boundary has no details schema")
+        if isinstance(value, schema):
+            return value
+        if isinstance(value, BaseModel):
+            raise ValueError(f"{boundary.value} details must be {schema.__name__}")
+        return schema.model_validate(value)
+
+    @model_serializer(mode="wrap")
+    def _serialize_event(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_none(handler(self))
+
+
+def validate_failure_event_map(events: Mapping[str, FailureEvent]) -> Mapping[str, FailureEvent]:
+    """Check that `events` is keyed by event id and that every `cause_id` resolves in it without a cycle."""
+    for key, event in events.items():
+        if key != event.event_id:
+            raise ValueError(f"event {event.event_id!r} is keyed as {key!r}")
+        if event.cause_id is not None and event.cause_id not in events:
+            raise ValueError(f"event {key!r} names cause {event.cause_id!r}, which is not in the report")
+    # Each event has at most one cause, so the map is a set of chains: walk each chain once,
+    # remembering the events already known to end without a cycle.
+    acyclic: set[str] = set()
+    for start in events:
+        path: set[str] = set()
+        current: str | None = start
+        while current is not None and current not in acyclic:
+            if current in path:
+                raise ValueError(f"the causes of event {start!r} form a cycle")
+            path.add(current)
+            current = events[current].cause_id
+        acyclic |= path
+    return events
+
+
+class FailureReport(BaseModel):
+    """The failures one reply forwards: its own failure (`failure_id`, absent on success) and every
+    failure observed while serving the request, each with its explicit causes.
+
+    `omitted` says that a report on the way here was too large to send, so events are missing.
+    `gym_failures.failure_transport` carries it in one HTTP header; Collection saves it beside the
+    outcome.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    events: dict[str, FailureEvent] = Field(default_factory=dict)
+    failure_id: str | None = Field(default=None, max_length=_MAX_ID)
+    omitted: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _restore_event_ids(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        events = value.get("events")
+        if not isinstance(events, Mapping):
+            return value
+        restored: dict[Any, Any] = {}
+        for key, event in events.items():
+            if isinstance(event, Mapping) and "event_id" not in event:
+                event = {"event_id": key, **event}
+            restored[key] = event
+        return {**value, "events": restored}
+
+    @field_validator("events")
+    @classmethod
+    def _validate_events(cls, value: dict[str, FailureEvent]) -> dict[str, FailureEvent]:
+        validate_failure_event_map(value)
+        return value
+
+    @model_validator(mode="after")
+    def _failure_id_is_an_event(self) -> Self:
+        if self.failure_id is not None and self.failure_id not in self.events:
+            raise ValueError(f"failure_id {self.failure_id!r} names no event of the report")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _serialize_report(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            events = data.get("events")
+            if isinstance(events, dict):
+                # The key carries the id; see the module docstring.
+                for event in events.values():
+                    if isinstance(event, dict):
+                        event.pop("event_id", None)
+            data = _without_none(data)
+            if data.get("omitted") is False:
+                del data["omitted"]
+        return data
+
+    def merged(self, other: FailureReport) -> FailureReport:
+        """This report with `other`'s events added; `failure_id` stays this report's.
+
+        An event id names one immutable record, so the first copy of an id is kept. `omitted` is
+        kept if either side had it.
+        """
+        if not other.events and (self.omitted or not other.omitted):
+            return self
+        events = dict(self.events)
+        for event_id, event in other.events.items():
+            events.setdefault(event_id, event)
+        # Both maps are valid and each kept event's chain stays inside the map it came from, so the
+        # union is valid too: no second validation on this hot path.
+        return FailureReport.model_construct(
+            events=events, failure_id=self.failure_id, omitted=self.omitted or other.omitted
+        )
+
+
+class EpisodeFailure(BaseModel):
+    """Describe a failure using the same fields on the wire and in saved records.
+
+    An environment server returns this envelope for one failed episode attempt. Collection uses its
+    existing `terminal` flag and retry budget; `failure_kind` describes the failure without deciding
+    terminality. Kind and stage are optional because a collector observing a lost reply may not know
+    them, and are left out of the serialized form when absent.
+
+    The attempt's `FailureReport` travels beside this envelope (`BaseEpisodeResponse.failure_report`),
+    so records that nest `EpisodeFailure` keep their saved format. Its kind is checked with the
+    migration validator (`validate_failure_kind`): a legacy label is kept and warned about, not refused.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    failure_kind: str | None = None
+    failure_reason: str = Field(max_length=_MAX_REASON)
+    stage: FailureStage | None = None
+    terminal: bool
+
+    @field_validator("failure_kind")
+    @classmethod
+    def _validate_failure_kind(cls, value: str | None) -> str | None:
+        return validate_failure_kind(value)
+
+    @model_serializer(mode="wrap")
+    def _serialize_failure(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_none(handler(self))

@@ -1,0 +1,407 @@
+"""The exceptions Gym producers raise, with origin identity and explicit cause chains.
+
+    Exception
+     └── NgFailureEvent               a failure observed at a Gym boundary (boundary given)
+          ├── AgentFailure            boundary "agent"
+          ├── CollectionFailure       boundary "collection"
+          ├── EnvironmentFailure      boundary "environment"
+          ├── HarnessFailure          boundary "harness"
+          ├── ModelFailure            boundary "model"
+          ├── ResourcesServerFailure  boundary "resources_server"
+          └── SandboxFailure          boundary "sandbox"
+
+A failure's `event_id` is made once, where the failure is first observed, and kept across every hop.
+Its cause is explicit: `raise B from A`, with A a Gym failure (or a foreign exception raised from
+one), gives B's event `cause_id = A.event_id`. Implicit context (`__context__`) is never a cause.
+
+A failure rebuilt from a remote report (`rebuild_failure`) keeps the remote event as it was, with the
+remote report it came in; its cause is the remote event's own `cause_id`, whatever Python chain it is
+raised in.
+
+A foreign exception (a third-party SDK error) never becomes an event by itself: an adapter selects
+`SdkErrorDetails` with `sdk_error_details` and raises its own Gym failure `from` it. `str()` of a
+foreign exception is never read, because it can carry request data and credentials.
+
+Decisions (see also docs/decisions.md):
+- A kind this version does not register is accepted with a warning (`validate_failure_kind`) and
+  projected as `unregistered:<kind>`; a name that is not a name, or a gate-derived class, is a
+  programming error and raises `ValueError` at the raise site.
+- A reason longer than 2000 characters is cut to 2000 (ending in "…") rather than refused: the
+  failure matters more than its prose.
+- Failures pickle with their whole explicit chain, so a process pool returns them intact.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from gym_failures.failure_kinds import (
+    GATE_DERIVED_KINDS,
+    FailureStage,
+    _kept_failure_kind,
+    validate_failure_kind,
+)
+from gym_failures.failure_records import (
+    FailureBoundary,
+    FailureDetails,
+    FailureEvent,
+    FailureReport,
+    SdkErrorDetails,
+)
+
+__all__ = [
+    "AgentFailure",
+    "CollectionFailure",
+    "EnvironmentFailure",
+    "HarnessFailure",
+    "ModelFailure",
+    "NgFailureEvent",
+    "ResourcesServerFailure",
+    "SandboxFailure",
+    "bounded_text",
+    "explicit_gym_cause",
+    "failure_report_of",
+    "new_event_id",
+    "rebuild_failure",
+    "sdk_error_details",
+]
+
+_MAX_REASON = 2000
+_MAX_NAME = 256
+# A chain deeper than this is cut (and the cut marked omitted): no real chain is, and a loop of
+# wrapper exceptions must not hang the server that projects it.
+_MAX_CHAIN = 64
+
+
+def new_event_id() -> str:
+    """A new origin id: 96 random bits, 16 URL-safe characters."""
+    return secrets.token_urlsafe(12)
+
+
+def bounded_text(text: str, limit: int = _MAX_REASON) -> str:
+    """`text` cut to at most `limit` characters, the cut marked with "…"."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _type_name(error: BaseException | type[BaseException]) -> str:
+    cls = error if isinstance(error, type) else type(error)
+    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return bounded_text(name, _MAX_NAME)
+
+
+def sdk_error_details(
+    error: BaseException, message: str, *, http_status: int | None = None
+) -> SdkErrorDetails:
+    """The `SdkErrorDetails` an adapter selected from a foreign `error`.
+
+    `message` is the field the adapter chose (an SDK's `message` or `code`), never `str(error)`.
+    It is cut to 2000 characters; an `http_status` outside 100-599 is dropped as no evidence.
+    """
+    status = http_status if type(http_status) is int and 100 <= http_status <= 599 else None
+    return SdkErrorDetails(
+        exception_type=_type_name(error), http_status=status, message=bounded_text(message)
+    )
+
+
+def explicit_gym_cause(error: BaseException) -> NgFailureEvent | None:
+    """The nearest Gym failure on `error`'s explicit `__cause__` chain, `error` itself excluded."""
+    seen = {id(error)}
+    current = error.__cause__
+    for _ in range(_MAX_CHAIN):
+        if current is None or id(current) in seen:
+            return None
+        if isinstance(current, NgFailureEvent):
+            return current
+        seen.add(id(current))
+        current = current.__cause__
+    return None
+
+
+class NgFailureEvent(Exception):
+    """A failure observed at a Gym boundary; `to_event()` is its validated wire projection."""
+
+    BOUNDARY: ClassVar[FailureBoundary | None] = None
+    """The boundary a subclass fixes; `None` on the base class, which takes it as an argument."""
+
+    _event: FailureEvent
+    _failure_kind: str
+    _remote: FailureReport | None
+
+    def __init__(
+        self,
+        *,
+        failure_kind: str,
+        failure_reason: str = "",
+        boundary: FailureBoundary | str | None = None,
+        stage: FailureStage | None = None,
+        http_status: int | None = None,
+        operation: str | None = None,
+        operation_id: str | None = None,
+        attempt_id: str | None = None,
+        details: FailureDetails | Mapping[str, Any] | None = None,
+        foreign_error: SdkErrorDetails | None = None,
+        exception_type: str | None = None,
+        event_id: str | None = None,
+    ) -> None:
+        if failure_kind in GATE_DERIVED_KINDS:
+            raise ValueError(f"{failure_kind!r} is derived by the acceptance gate; no producer raises it")
+        validate_failure_kind(failure_kind)
+        self._failure_kind = failure_kind
+        self._remote = None
+        self._event = FailureEvent(
+            event_id=new_event_id() if event_id is None else event_id,
+            boundary=self._boundary(boundary),
+            failure_kind=_kept_failure_kind(failure_kind),
+            failure_reason=bounded_text(failure_reason),
+            stage=stage,
+            http_status=http_status,
+            operation=operation,
+            operation_id=operation_id,
+            attempt_id=attempt_id,
+            details=details,
+            foreign_error=foreign_error,
+            exception_type=exception_type,
+        )
+        super().__init__(self._event.failure_reason)
+
+    @classmethod
+    def _boundary(cls, boundary: FailureBoundary | str | None) -> FailureBoundary:
+        if boundary is None:
+            if cls.BOUNDARY is None:
+                raise TypeError(f"{cls.__name__} needs a boundary")
+            return cls.BOUNDARY
+        resolved = FailureBoundary(boundary)
+        if cls.BOUNDARY is not None and resolved is not cls.BOUNDARY:
+            raise TypeError(f"{cls.__name__} is a {cls.BOUNDARY.value} failure, not {resolved.value}")
+        return resolved
+
+    # --- identity and fields -------------------------------------------------------------------
+
+    @property
+    def event_id(self) -> str:
+        return self._event.event_id
+
+    @property
+    def boundary(self) -> FailureBoundary:
+        return self._event.boundary
+
+    @property
+    def failure_kind(self) -> str:
+        """The kind as the producer named it (the event may keep it as `unregistered:<kind>`)."""
+        return self._failure_kind
+
+    @property
+    def failure_reason(self) -> str:
+        return self._event.failure_reason
+
+    @property
+    def stage(self) -> FailureStage | None:
+        return self._event.stage
+
+    @property
+    def http_status(self) -> int | None:
+        return self._event.http_status
+
+    @property
+    def operation(self) -> str | None:
+        return self._event.operation
+
+    @property
+    def operation_id(self) -> str | None:
+        return self._event.operation_id
+
+    @property
+    def attempt_id(self) -> str | None:
+        return self._event.attempt_id
+
+    @property
+    def details(self) -> FailureDetails | None:
+        return self._event.details
+
+    @property
+    def foreign_error(self) -> SdkErrorDetails | None:
+        return self._event.foreign_error
+
+    @property
+    def exception_type(self) -> str | None:
+        return self._event.exception_type
+
+    @property
+    def cause_id(self) -> str | None:
+        """The event id of this failure's explicit cause, or `None`."""
+        if self._remote is not None:
+            return self._event.cause_id
+        cause = explicit_gym_cause(self)
+        return None if cause is None else cause.event_id
+
+    @property
+    def remote_report(self) -> FailureReport | None:
+        """The report a rebuilt remote failure arrived with; `None` for a local failure."""
+        return self._remote
+
+    # --- projections ---------------------------------------------------------------------------
+
+    def to_event(self) -> FailureEvent:
+        """This failure as a validated `FailureEvent`, its `cause_id` resolved."""
+        cause_id = self.cause_id
+        if cause_id == self._event.cause_id:
+            return self._event
+        return self._event.model_copy(update={"cause_id": cause_id})
+
+    def failure_report(self) -> FailureReport:
+        """This failure (`failure_id`) and its explicit cause chain, origin ids preserved."""
+        events: dict[str, FailureEvent] = {}
+        omitted = False
+        current: NgFailureEvent | None = self
+        while current is not None:
+            if len(events) == _MAX_CHAIN:
+                omitted = True
+                break
+            event = current.to_event()
+            if event.event_id in events:  # the same failure raised from itself
+                break
+            events[event.event_id] = event
+            if current._remote is not None:
+                # A rebuilt failure's causes are in the report it arrived with, not in Python.
+                for event_id, remote_event in current._remote.events.items():
+                    events.setdefault(event_id, remote_event)
+                omitted = omitted or current._remote.omitted
+                break
+            current = explicit_gym_cause(current)
+        if omitted or _dangling_causes(events):
+            events = _without_dangling_causes(events)
+        return FailureReport.model_construct(events=events, failure_id=self.event_id, omitted=omitted)
+
+    # --- rebuilding ----------------------------------------------------------------------------
+
+    @classmethod
+    def _from_event(cls, event: FailureEvent, remote: FailureReport) -> NgFailureEvent:
+        failure = cls.__new__(cls)
+        failure._event = event
+        failure._failure_kind = event.failure_kind
+        failure._remote = remote
+        Exception.__init__(failure, event.failure_reason)
+        return failure
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only __init__ defeats Exception's default pickling, and __cause__ never pickles:
+        # carry the projected chain so the unpickled failure has the same ids and causes.
+        extra = {k: v for k, v in self.__dict__.items() if k not in _STATE_KEYS}
+        return (_restore, (type(self), self.failure_report(), self._failure_kind, extra))
+
+    def __str__(self) -> str:
+        reason = self.failure_reason
+        return f"{self.failure_kind}: {reason}" if reason else self.failure_kind
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(boundary={self.boundary.value!r}, "
+            f"failure_kind={self.failure_kind!r}, failure_reason={self.failure_reason!r}, "
+            f"event_id={self.event_id!r})"
+        )
+
+
+_STATE_KEYS = frozenset({"_event", "_failure_kind", "_remote"})
+
+
+def _dangling_causes(events: Mapping[str, FailureEvent]) -> bool:
+    return any(e.cause_id is not None and e.cause_id not in events for e in events.values())
+
+
+def _without_dangling_causes(events: dict[str, FailureEvent]) -> dict[str, FailureEvent]:
+    """A cut chain keeps its events; a cause that was cut off is unlinked (the report is omitted)."""
+    return {
+        event_id: (
+            event.model_copy(update={"cause_id": None})
+            if event.cause_id is not None and event.cause_id not in events
+            else event
+        )
+        for event_id, event in events.items()
+    }
+
+
+def _restore(
+    cls: type[NgFailureEvent], report: FailureReport, failure_kind: str, extra: dict[str, Any]
+) -> NgFailureEvent:
+    assert report.failure_id is not None
+    failure = cls._from_event(report.events[report.failure_id], report)
+    failure._failure_kind = failure_kind
+    failure.__dict__.update(extra)
+    return failure
+
+
+class AgentFailure(NgFailureEvent):
+    """A failure the agent server observed."""
+
+    BOUNDARY = FailureBoundary.AGENT
+
+
+class CollectionFailure(NgFailureEvent):
+    """A failure the collector observed (a lost reply, a refused resume)."""
+
+    BOUNDARY = FailureBoundary.COLLECTION
+
+
+class EnvironmentFailure(NgFailureEvent):
+    """A failure an environment server observed."""
+
+    BOUNDARY = FailureBoundary.ENVIRONMENT
+
+
+class HarnessFailure(NgFailureEvent):
+    """A failure the harness that runs an agent observed."""
+
+    BOUNDARY = FailureBoundary.HARNESS
+
+
+class ModelFailure(NgFailureEvent):
+    """A failure a model server (or its client) observed."""
+
+    BOUNDARY = FailureBoundary.MODEL
+
+
+class ResourcesServerFailure(NgFailureEvent):
+    """A failure a resources server (a verifier, a judge) observed."""
+
+    BOUNDARY = FailureBoundary.RESOURCES_SERVER
+
+
+class SandboxFailure(NgFailureEvent):
+    """A failure a sandbox (or its provider client) observed."""
+
+    BOUNDARY = FailureBoundary.SANDBOX
+
+
+_BY_BOUNDARY: dict[FailureBoundary, type[NgFailureEvent]] = {
+    cls.BOUNDARY: cls
+    for cls in (
+        AgentFailure,
+        CollectionFailure,
+        EnvironmentFailure,
+        HarnessFailure,
+        ModelFailure,
+        ResourcesServerFailure,
+        SandboxFailure,
+    )
+    if cls.BOUNDARY is not None
+}
+
+
+def rebuild_failure(report: FailureReport, event_id: str | None = None) -> NgFailureEvent | None:
+    """The remote failure `event_id` (default: the report's `failure_id`) as the exception of its
+    boundary, same event id, kind, stage and causes; `None` when the report has no such event."""
+    event_id = report.failure_id if event_id is None else event_id
+    event = report.events.get(event_id) if event_id is not None else None
+    if event is None:
+        return None
+    return _BY_BOUNDARY[event.boundary]._from_event(event, report)
+
+
+def failure_report_of(error: BaseException | None) -> FailureReport | None:
+    """The explicit chain of the nearest Gym failure at or under `error`; `None` without one."""
+    if error is None:
+        return None
+    failure = error if isinstance(error, NgFailureEvent) else explicit_gym_cause(error)
+    return None if failure is None else failure.failure_report()
