@@ -1,0 +1,190 @@
+"""Carry `FailureReport` data between Gym servers and into Collection's rows.
+
+Flow for one request a Gym server serves (API reference: ``spec/failure_transport.md``):
+
+1. The server middleware opens a `RequestFailureLog` for the request (`RequestFailureLog.capture`).
+2. While the request runs, `observe_failure` adds failures that a retry may still recover from (a
+   model attempt), `observe_model_operation` a client retry loop's terminal outcome, and
+   `observe_reply` the report each reply from another Gym server forwarded.
+3. When the request ends, the middleware merges the request's own failure (if it raised) with the log
+   (`RequestFailureLog.reply_report`) and sends the result in the `FailureHeader`; a streamed reply
+   carries it in its terminal event under `FailureHeader.STREAM_FIELD`, which a relay reads with
+   `StreamFailureReportReader`.
+4. The caller's `raise_boundary_failure` raises the rebuilt failure with separate HTTP details;
+   `raise_for_status` keeps the HTTP exception compatibility path. Collection saves the report with
+   `FailureReportRow`.
+
+Nothing here that reads a header, a row or a stream raises on bad input: an invalid value is reported
+as a report with `omitted=True`, and logged without its content. The `observe_*` functions are no-ops
+outside a request and never raise inside one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from gym_failures._header import (
+    UNREGISTERED_KIND_PREFIX,
+    FailureHeader,
+    _log_invalid,
+    _report_keeping_unknown_kinds,
+)
+from gym_failures._request_log import ModelOperationObservation, RequestFailureLog
+from gym_failures._stream_reader import StreamFailureReportReader
+from gym_failures.failure_records import FailureReport
+from gym_failures.failures import failure_report_of
+
+__all__ = [
+    "LOGGER",
+    "UNREGISTERED_KIND_PREFIX",
+    "FailureHeader",
+    "FailureReportRow",
+    "ModelOperationObservation",
+    "RequestFailureLog",
+    "StreamFailureReportReader",
+    "observe_failure",
+    "observe_model_operation",
+    "observe_reply",
+    "reply_failure_report",
+    "report_for_current_request",
+]
+
+LOGGER = logging.getLogger(__name__)
+
+
+class FailureReportRow:
+    """The row keys under which Collection saves a `FailureReport` beside a rollout's outcome.
+
+    A row that holds a report has all three keys: the events keyed by event id (the wire form), the
+    report's `failure_id` (`None` on a success that recovered from failures) and its `omitted` flag.
+    """
+
+    EVENTS: str = "_ng_failure_events"
+    FAILURE_ID: str = "_ng_failure_id"
+    OMITTED: str = "_ng_failure_events_omitted"
+    KEYS: tuple[str, ...] = (EVENTS, FAILURE_ID, OMITTED)
+
+    @classmethod
+    def fields(cls, report: FailureReport) -> dict[str, Any]:
+        """`report` as row fields; none for an empty report."""
+        if not report.events and not report.omitted:
+            return {}
+        data = report.model_dump(mode="json")
+        return {
+            cls.EVENTS: data.get("events", {}),
+            cls.FAILURE_ID: report.failure_id,
+            cls.OMITTED: report.omitted,
+        }
+
+    @classmethod
+    def report(cls, row: Mapping[str, Any]) -> FailureReport:
+        """The report saved in `row`; an invalid one is reported as omitted, never raised."""
+        try:
+            if not any(key in row for key in cls.KEYS):
+                return FailureReport()
+            value = {
+                "events": row.get(cls.EVENTS) or {},
+                "failure_id": row.get(cls.FAILURE_ID),
+                "omitted": row.get(cls.OMITTED) or False,
+            }
+            return _report_keeping_unknown_kinds(value)
+        except (ValidationError, ValueError, TypeError, RecursionError) as error:
+            _log_invalid("a saved row", 0, error)
+            return FailureReport(omitted=True)
+
+    @classmethod
+    def merged_into(cls, row: dict[str, Any], *reports: FailureReport) -> dict[str, Any]:
+        """`row` with `reports` merged into its saved report; `row`'s own `failure_id` wins.
+
+        A row without a `failure_id` takes the first one a report has. `row` itself is not changed.
+        """
+        merged = cls.report(row)
+        for report in reports:
+            merged = merged.merged(report)
+            if merged.failure_id is None and report.failure_id is not None:
+                merged = FailureReport.model_construct(
+                    events=merged.events, failure_id=report.failure_id, omitted=merged.omitted
+                )
+        result = {key: value for key, value in row.items() if key not in cls.KEYS}
+        result.update(cls.fields(merged))
+        return result
+
+
+def observe_failure(error: BaseException) -> None:
+    """Record `error` for the request being served, for example a model attempt a retry may replace."""
+    log = RequestFailureLog.current()
+    if log is None:
+        return
+    try:
+        report = failure_report_of(error)
+        if report is not None:
+            log.add(report.model_copy(update={"failure_id": None}))
+    except Exception:  # observing must never turn a recoverable failure into a crash
+        LOGGER.exception("could not observe a failure")
+
+
+def observe_reply(headers: Mapping[str, str] | None) -> None:
+    """Record the report a reply from another Gym server forwarded, success or failure."""
+    log = RequestFailureLog.current()
+    if log is None:
+        return
+    report = FailureHeader.decode(headers)
+    if report is not None:
+        log.add(report)
+
+
+def observe_model_operation(
+    operation_id: str,
+    outcome: Literal["completed", "failed"],
+    final_attempt_id: str | None,
+    failure_id: str | None = None,
+    http_attempts: int | None = None,
+    transport_failures: int | None = None,
+    retry_wait_s: float | None = None,
+    request_elapsed_ms: float | None = None,
+) -> None:
+    """Record the client's actual terminal outcome in the existing request observation scope."""
+    log = RequestFailureLog.current()
+    if log is None:
+        return
+    try:
+        observation = ModelOperationObservation(
+            operation_id=operation_id,
+            outcome=outcome,
+            final_attempt_id=final_attempt_id,
+            failure_id=failure_id,
+            http_attempts=http_attempts,
+            transport_failures=transport_failures,
+            retry_wait_s=retry_wait_s,
+            request_elapsed_ms=request_elapsed_ms,
+        )
+    except ValidationError as error:
+        _log_invalid("a model operation observation", 0, error)
+        return
+    log.add_model_operation(observation)
+
+
+def reply_failure_report(error: BaseException) -> FailureReport | None:
+    """`error`'s explicit cause chain for the reply beside its `EpisodeFailure`; `None` without events.
+
+    The producer keeps its kind, reason, terminality and stage on the failure; a cause's kind stays on
+    its event.
+    """
+    report = failure_report_of(error)
+    return report if report is not None and report.events else None
+
+
+def report_for_current_request(error: BaseException | None) -> FailureReport:
+    """Project the explicit Gym cause chain, preserving its origin IDs.
+
+    Inside a request the log's observations are merged in (`RequestFailureLog.reply_report`);
+    outside one the result is `error`'s own chain, or an empty report.
+    """
+    log = RequestFailureLog.current()
+    if log is not None:
+        return log.reply_report(error)
+    return failure_report_of(error) or FailureReport()
