@@ -28,6 +28,8 @@ Decisions (see also docs/decisions.md):
   programming error and raises `ValueError` at the raise site.
 - A reason longer than 2000 characters is cut to 2000 (ending in "…") rather than refused: the
   failure matters more than its prose.
+- Every reason and selected SDK message is passed through `gym_failures._redact.redact` first, so a
+  credential or URL secret quoted by a producer never reaches a header, a row or a log.
 - Failures pickle with their whole explicit chain, so a process pool returns them intact.
 """
 
@@ -35,8 +37,10 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
+from gym_failures._redact import redact
 from gym_failures.failure_kinds import (
     GATE_DERIVED_KINDS,
     FailureStage,
@@ -56,6 +60,7 @@ __all__ = [
     "CollectionFailure",
     "EnvironmentFailure",
     "HarnessFailure",
+    "HttpDetails",
     "ModelFailure",
     "NgFailureEvent",
     "ResourcesServerFailure",
@@ -85,6 +90,11 @@ def bounded_text(text: str, limit: int = _MAX_REASON) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _bounded_reason(text: str) -> str:
+    # Redact before cutting, so a cut never leaves half a secret; pre-cut so redaction stays cheap.
+    return bounded_text(redact(text[: 4 * _MAX_REASON]))
+
+
 def _type_name(error: BaseException | type[BaseException]) -> str:
     cls = error if isinstance(error, type) else type(error)
     name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
@@ -97,11 +107,11 @@ def sdk_error_details(
     """The `SdkErrorDetails` an adapter selected from a foreign `error`.
 
     `message` is the field the adapter chose (an SDK's `message` or `code`), never `str(error)`.
-    It is cut to 2000 characters; an `http_status` outside 100-599 is dropped as no evidence.
+    It is redacted and cut to 2000 characters; an `http_status` outside 100-599 is dropped as no evidence.
     """
     status = http_status if type(http_status) is int and 100 <= http_status <= 599 else None
     return SdkErrorDetails(
-        exception_type=_type_name(error), http_status=status, message=bounded_text(message)
+        exception_type=_type_name(error), http_status=status, message=_bounded_reason(message)
     )
 
 
@@ -119,11 +129,32 @@ def explicit_gym_cause(error: BaseException) -> NgFailureEvent | None:
     return None
 
 
+@dataclass(frozen=True)
+class HttpDetails:
+    """What the caller saw of an HTTP exchange, kept beside a failure and never inside its event.
+
+    `delivery` says whether the request can have reached the peer: `not_sent` (the connection was
+    never made), `unknown` (it broke after the request may have been sent), `answered` (a reply came).
+    """
+
+    method: str
+    url: str
+    """The URL without user info, query string or fragment."""
+    status: int | None = None
+    body_excerpt: str = ""
+    """At most 512 characters of the reply body, redacted."""
+    retry_after_s: float | None = None
+    delivery: Literal["not_sent", "unknown", "answered"] = "answered"
+
+
 class NgFailureEvent(Exception):
     """A failure observed at a Gym boundary; `to_event()` is its validated wire projection."""
 
     BOUNDARY: ClassVar[FailureBoundary | None] = None
     """The boundary a subclass fixes; `None` on the base class, which takes it as an argument."""
+
+    http_details: HttpDetails | None = None
+    """The HTTP exchange a caller observed this failure in (`gym_failures.client`), if any."""
 
     _event: FailureEvent
     _failure_kind: str
@@ -154,7 +185,7 @@ class NgFailureEvent(Exception):
             event_id=new_event_id() if event_id is None else event_id,
             boundary=self._boundary(boundary),
             failure_kind=_kept_failure_kind(failure_kind),
-            failure_reason=bounded_text(failure_reason),
+            failure_reason=_bounded_reason(failure_reason),
             stage=stage,
             http_status=http_status,
             operation=operation,
