@@ -30,6 +30,8 @@ Decisions (see also docs/decisions.md):
   failure matters more than its prose.
 - Every reason and selected SDK message is passed through `gym_failures._redact.redact` first, so a
   credential or URL secret quoted by a producer never reaches a header, a row or a log.
+- An `http_status` that is not an int in 100-599 is dropped as no evidence (as in
+  `sdk_error_details`): a peer's odd status must not turn the failure into a validation error.
 - Failures pickle with their whole explicit chain, so a process pool returns them intact.
 """
 
@@ -95,6 +97,11 @@ def _bounded_reason(text: str) -> str:
     return bounded_text(redact(text[: 4 * _MAX_REASON]))
 
 
+def _http_status(status: object) -> int | None:
+    """`status` when it is a real int in 100-599; anything else is no evidence."""
+    return status if type(status) is int and 100 <= status <= 599 else None
+
+
 def _type_name(error: BaseException | type[BaseException]) -> str:
     cls = error if isinstance(error, type) else type(error)
     name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
@@ -109,9 +116,10 @@ def sdk_error_details(
     `message` is the field the adapter chose (an SDK's `message` or `code`), never `str(error)`.
     It is redacted and cut to 2000 characters; an `http_status` outside 100-599 is dropped as no evidence.
     """
-    status = http_status if type(http_status) is int and 100 <= http_status <= 599 else None
     return SdkErrorDetails(
-        exception_type=_type_name(error), http_status=status, message=_bounded_reason(message)
+        exception_type=_type_name(error),
+        http_status=_http_status(http_status),
+        message=_bounded_reason(message),
     )
 
 
@@ -187,7 +195,7 @@ class NgFailureEvent(Exception):
             failure_kind=_kept_failure_kind(failure_kind),
             failure_reason=_bounded_reason(failure_reason),
             stage=stage,
-            http_status=http_status,
+            http_status=_http_status(http_status),
             operation=operation,
             operation_id=operation_id,
             attempt_id=attempt_id,
@@ -286,14 +294,20 @@ class NgFailureEvent(Exception):
         events: dict[str, FailureEvent] = {}
         omitted = False
         current: NgFailureEvent | None = self
+        previous: str | None = None
         while current is not None:
             if len(events) == _MAX_CHAIN:
                 omitted = True
                 break
             event = current.to_event()
-            if event.event_id in events:  # the same failure raised from itself
+            if event.event_id in events:
+                # The chain loops back (a failure re-raised from its own effect): drop the link
+                # that closes the loop, or the report would be refused as a cycle.
+                if previous is not None:
+                    events[previous] = events[previous].model_copy(update={"cause_id": None})
                 break
             events[event.event_id] = event
+            previous = event.event_id
             if current._remote is not None:
                 # A rebuilt failure's causes are in the report it arrived with, not in Python.
                 for event_id, remote_event in current._remote.events.items():
