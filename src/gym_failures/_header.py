@@ -7,9 +7,11 @@ Decisions:
   visible ASCII and obs-text in a field value, and h11 refuses to send a value holding DEL, so one
   stray byte in a reason would otherwise make the whole reply unsendable.
 - `decode` treats a value over `MAX_BYTES` as invalid (`omitted`): no conforming peer sends one, and
-  reading an unbounded value is the cost the bound exists to avoid.
+  reading an unbounded value is the cost the bound exists to avoid. `decode_stream_event` applies the
+  same rule to the report's compact JSON, since a stream event arrives already parsed.
 - An invalid value is logged with its size and the validation error's location and type, never its
-  content.
+  content. A location's parts that are not the schema's own names (an event id, an unknown key) are
+  logged as `*`: they come from the value.
 """
 
 from __future__ import annotations
@@ -19,10 +21,17 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
+import pydantic_core
 from pydantic import ValidationError
 
 from gym_failures.failure_kinds import _UNREGISTERED_KIND_PREFIX, _kept_failure_kind
-from gym_failures.failure_records import FailureReport
+from gym_failures.failure_records import (
+    FailureEvent,
+    FailureReport,
+    ModelFailureDetails,
+    SandboxFailureDetails,
+    SdkErrorDetails,
+)
 
 LOGGER = logging.getLogger("gym_failures.failure_transport")
 
@@ -70,10 +79,42 @@ def _with_kept_kinds(value: Any) -> Any:
     return {**value, "events": rewritten} if changed else value
 
 
-def _log_invalid(where: str, size: int, error: Exception) -> None:
+# A location names fields, but also the value's own keys (an event id, an unknown field's name),
+# which are content: only the schema's own names are logged.
+_SCHEMA_NAMES: Final = frozenset(
+    name
+    for model in (
+        FailureReport,
+        FailureEvent,
+        ModelFailureDetails,
+        SandboxFailureDetails,
+        SdkErrorDetails,
+    )
+    for name in (model.__name__, *model.model_fields)
+)
+
+
+def _schema_location(loc: tuple[int | str, ...], names: frozenset[str]) -> str:
+    return ".".join(part if isinstance(part, str) and part in names else "*" for part in loc)
+
+
+def _with_event_ids(data: Any) -> Any:
+    """Freshly parsed `data` with each event's id restored from its key, in place (see
+    `FailureReport._restore_event_ids`, which then has nothing left to copy)."""
+    if isinstance(data, dict):
+        events = data.get("events")
+        if isinstance(events, dict):
+            for key, event in events.items():
+                if isinstance(event, dict) and "event_id" not in event:
+                    event["event_id"] = key
+    return data
+
+
+def _log_invalid(where: str, size: int, error: Exception, names: frozenset[str] = _SCHEMA_NAMES) -> None:
     if isinstance(error, ValidationError) and error.error_count():
         first = error.errors(include_input=False, include_url=False)[0]
-        what = f"{error.error_count()} error(s), first {first['type']} at {first['loc']!r:.200}"
+        location = _schema_location(first["loc"], names)
+        what = f"{error.error_count()} error(s), first {first['type']} at {location!r}"
     else:
         what = type(error).__name__
     LOGGER.warning("invalid failure report in %s (%d bytes): %s; reported as omitted", where, size, what)
@@ -85,9 +126,9 @@ def _is_empty(report: FailureReport) -> bool:
 
 def _header_value(headers: Mapping[str, str], name: str) -> object:
     value = headers.get(name)
-    if value is None and isinstance(headers, dict):
-        # aiohttp's, httpx's and Starlette's header mappings ignore case; a plain dict does not
-        # (`dict()` of a uvicorn reply holds lower-case names).
+    if value is None:
+        # aiohttp's, httpx's and Starlette's header mappings ignore case; a plain dict or any other
+        # Mapping may not (`dict()` of an httpx or uvicorn reply holds lower-case names).
         lowered = name.lower()
         value = headers.get(lowered)
         if value is None:
@@ -155,12 +196,11 @@ class FailureHeader:
     @classmethod
     def _decode_json(cls, value: str | bytes, where: str) -> FailureReport:
         try:
-            # The common case, every kind registered, validates in one pass over the raw bytes.
-            return FailureReport.model_validate_json(value)
-        except ValidationError:
-            pass
-        try:
-            return _report_keeping_unknown_kinds(json.loads(value))
+            # `FailureReport` restores event ids in a before-validator, so pydantic turns JSON into
+            # Python objects before validating either way. Parsing here lets the ids be restored in
+            # place, in objects nobody else holds, and the unknown-kind retry reuse the parse.
+            data = _with_event_ids(pydantic_core.from_json(value))
+            return _report_keeping_unknown_kinds(data)
         except (ValidationError, ValueError, RecursionError) as error:
             _log_invalid(where, len(value), error)
             return FailureReport(omitted=True)
@@ -189,7 +229,12 @@ class FailureHeader:
         if value is None:
             return None
         try:
-            return _report_keeping_unknown_kinds(value)
+            report = _report_keeping_unknown_kinds(value)
+            size = len(report.__pydantic_serializer__.to_json(report))
+            if size > cls.MAX_BYTES:
+                # The same rule as the header: `stream_value` never sends a report this large.
+                raise ValueError("a report over MAX_BYTES")
+            return report
         except (ValidationError, ValueError, RecursionError) as error:
             _log_invalid("a stream event", 0, error)
             return FailureReport(omitted=True)

@@ -23,6 +23,7 @@ from gym_failures.failure_records import FailureReport
 from gym_failures.failures import failure_report_of
 
 _MAX_ID = 128
+_NO_EVENTS = FailureReport()
 _NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
@@ -56,6 +57,9 @@ class RequestFailureLog:
     through `current`, so a retry loop deep in a client can record an attempt without threading it
     through calls.
 
+    `report` is replaced, never changed in place (a new log shares one empty report, which keeps
+    opening a log per request cheap): read it, and add to it only with `add`.
+
     A retry loop can fail without end, so the log keeps the first `MAX_EVENTS` events and counts the
     events of every later report in `dropped_events`; the report is then marked `omitted`. A report is
     kept or dropped whole, so every kept event's causes stay in the log.
@@ -67,7 +71,7 @@ class RequestFailureLog:
         "ng_request_failure_log", default=None
     )
 
-    report: FailureReport = field(default_factory=FailureReport)
+    report: FailureReport = field(default_factory=lambda: _NO_EVENTS)
     model_operations: dict[str, ModelOperationObservation] = field(default_factory=dict)
     dropped_events: int = 0
     dropped_model_operations: int = field(default=0, init=False)

@@ -1,14 +1,444 @@
-"""Read bounded terminal SSE failure reports without changing the relayed response (in progress)."""
+"""Read the failure report a streamed (SSE) reply carries in its terminal event, without touching the stream.
+
+Public names are re-exported by `gym_failures.failure_transport`, which documents the flow. A relay
+shows the reader every chunk it passes on (`feed`), then closes it (`finish`) and records the report
+as observations of the request it serves (`observe`). The reader only reads the chunks: it never
+changes them, holds no reference to them, and keeps no more of the stream than its unfinished line.
+
+Decisions:
+- Evidence is a `data:` line that holds `FailureHeader.STREAM_FIELD` as a key and belongs to a terminal
+  event. An event states its type twice in the APIs read here: its `event:` name and its data's
+  `"type"`. It is terminal when every type it states is in `_TERMINAL_TYPES` and it states at least
+  one; a disagreement (a `response.output_text.delta` event whose data says `response.completed`) is
+  not terminal. The name is the last non-empty `event:` value before the data line in the same event
+  (an empty one is the SSE default, "no name"); an `event:` line after the data line is not waited for.
+- Data that cannot be read (not JSON, or a line over `_MAX_LINE_BYTES`) states no readable type. Such a
+  line holding the key is taken as terminal unless its event name or the `"type"` its JSON opens with
+  says otherwise, and yields a report with `omitted=True`: evidence is dropped only from an event known
+  not to be terminal. A readable data line without a `"type"` in an event without a name is not terminal.
+- A report is read when its data line ends (CRLF, LF or CR, as per the SSE spec), without waiting for
+  the blank line that dispatches the event. A line the stream never ends is not evidence: `finish`
+  returns what was read before it (and logs that a line holding the field was cut off).
+- Each data line is read as one JSON document, the form every producer writes; data an event splits
+  over several lines is not JSON line by line, so a key in it yields an omitted report.
+- Invalid UTF-8 is decoded with U+FFFD replacement, as per the SSE spec's UTF-8 decode, so a stray byte
+  in a reason does not cost the report. A leading byte order mark is ignored, as per the SSE spec.
+- Several terminal reports merge (`FailureReport.merged`): the first `failure_id` read wins, and an
+  omitted one keeps the result omitted.
+- `feed` after `finish` raises `ValueError`, as I/O on a closed file does: a chunk read after the stream
+  was closed would be evidence silently lost. `finish` may be called again and returns the same report.
+- `feed_text` encodes 64 Ki characters at a time; a lone surrogate (text that is not valid Unicode)
+  becomes U+FFFD, the character `feed` reads for an invalid byte, never invalid UTF-8.
+
+Cost: the hot path is one `bytes.find` of the field name per chunk, a check for a name split across
+chunks, and a read back from the chunk's end over the lines of the event still open (usually one or
+two) to know its name. Only a line holding the field name is split out and parsed. Memory is the
+unfinished line, at most `_MAX_LINE_BYTES`; a longer line keeps only its first `_HEAD_BYTES` and last
+`_KEY_TAIL` bytes, enough to read its field and leading type and to see a key split across chunks.
+"""
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Mapping
+from re import Pattern
+from typing import Any, ClassVar, Final
+
+from gym_failures._header import LOGGER, FailureHeader
+from gym_failures._request_log import RequestFailureLog
 from gym_failures.failure_records import FailureReport
+
+_LF: Final = 0x0A
+_CR: Final = 0x0D
+_COLON: Final = 0x3A
+_BOM: Final = b"\xef\xbb\xbf"
+
+_LONG_NAME: Final = b"\x00over _MAX_LINE_BYTES"
+"""The name of an event whose `event:` line was too long to keep: stated, and never terminal."""
+
+_MISSING: Final = object()
+_FIELD: Final = FailureHeader.STREAM_FIELD.encode()
+_KEY_TAIL: Final = len(_FIELD) + 12
+_SPLIT: Final = len(_FIELD) - 1
+_NAME_HEAD: Final = frozenset(_FIELD[:-1])
+_NAME_REST: Final = frozenset(_FIELD[1:])
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _field_value(line: bytes, name_length: int) -> bytes:
+    """The value of a field line whose name is `name_length` bytes: after its colon and one space."""
+    value = line[name_length + 1 :]
+    return value[1:] if value[:1] == b" " else value
 
 
 class StreamFailureReportReader:
     """Read bounded terminal SSE failure reports without changing the relayed response."""
 
+    _FIELD: ClassVar[bytes] = _FIELD
+    _KEY: ClassVar[Pattern[bytes]] = re.compile(b'"' + re.escape(_FIELD) + rb'"\s*:')
+    """The field as a JSON key. A key in a string value is escaped (`\\"name\\"`) and never matches."""
+    _KEY_TAIL: ClassVar[int] = len(_FIELD) + 12
+    """The bytes of a line's end searched with the next chunk, and kept of a line over the bound: a
+    key split across chunks is seen whole, its quoted name, up to ten bytes of whitespace and colon."""
+    _MAX_LINE_BYTES: ClassVar[int] = 1 << 20
+    _HEAD_BYTES: ClassVar[int] = 256
+    """The bytes of a line over `_MAX_LINE_BYTES` kept to read its field and the type its data opens with."""
+    _TEXT_SLICE: ClassVar[int] = 1 << 16
+    _WALK_STEPS: ClassVar[int] = 8
+    """The lines `_advance` reads back one by one (at least 1); past them, reverse searches for a blank
+    or `event:` line cost less than a step per line."""
+    _TERMINAL_TYPES: ClassVar[frozenset[str]] = frozenset(
+        {
+            # OpenAI Responses API
+            "response.completed",
+            "response.failed",
+            "response.incomplete",
+            # OpenAI Responses API and Anthropic Messages API
+            "error",
+            # Anthropic Messages API
+            "message_stop",
+        }
+    )
+    _TERMINAL_NAMES: ClassVar[frozenset[bytes]] = frozenset(name.encode() for name in _TERMINAL_TYPES)
+    _LEADING_TYPE: ClassVar[Pattern[bytes]] = re.compile(rb'\s*\{\s*"type"\s*:\s*"([^"\\]{0,64})"')
+
+    _pending: bytes | bytearray = b""
+    """The unfinished line; over `_MAX_LINE_BYTES`, only its head and tail (`_overlong`)."""
     report: FailureReport | None = None
+    """The report read so far; `None` until a terminal event carries one."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self.report = None
+        self._pending_hit = False
+        """The unfinished line holds the field name (when `_overlong`: the key)."""
+        self._overlong = False
+        self._event: bytes | None = None
+        """The name of the event still open, as of the last complete line."""
+        self._last = _LF
+        """The last line-ending byte read; it decides whether an LF opening the next chunk ends a CRLF."""
+        self._start: bytes | None = b""
+        """The stream's first bytes while they may be a byte order mark; `None` once past it."""
+        self._closed = False
+        self._guarded = True
+        """Closed or at the stream's start: the one check the hot path makes for both."""
 
     def feed(self, chunk: bytes) -> None:
-        raise NotImplementedError("the stream reader lands with issue 3")
+        """Read `chunk`, the next bytes of the stream, without changing or keeping it."""
+        if self._guarded:
+            if self._closed:
+                raise ValueError("feed() after finish(): the stream is closed")
+            chunk = self._after_bom(chunk)
+        if not chunk:
+            return
+        pending = self._pending
+        found = chunk.find(_FIELD)
+        continued = self._pending_hit
+        if pending and not continued:
+            if self._overlong:
+                # The window is the key's length, not the name's: a long line's key is only known
+                # once its colon arrives, perhaps a chunk after the name.
+                continued = _FIELD in pending[-_KEY_TAIL:] + chunk[:_KEY_TAIL]
+            elif pending[-1] in _NAME_HEAD and chunk[0] in _NAME_REST:
+                # Only then can the name be split here: the bytes on either side belong to it.
+                continued = _FIELD in pending[-_SPLIT:] + chunk[:_SPLIT]
+        end = chunk.rfind(b"\n")
+        cr = chunk.rfind(b"\r", end + 1)
+        if cr > end:
+            end = cr
+        if end < 0:
+            self._extend(chunk, continued or found >= 0)
+        elif continued or 0 <= found <= end:
+            self._read_hits(chunk, 0 if continued else found, end)
+        else:
+            self._advance(chunk, 0, end)
+            self._last = chunk[end]
+            if len(chunk) - end - 1 <= self._MAX_LINE_BYTES:
+                self._pending = chunk[end + 1 :]
+                self._pending_hit = found > end
+                self._overlong = False
+            else:
+                self._restart(chunk[end + 1 :], found > end)
+
+    def feed_text(self, text: str) -> None:
+        """Read an existing capture without copying its entire body or accepting invalid Unicode."""
+        step = self._TEXT_SLICE
+        for start in range(0, len(text), step):
+            piece = text[start : start + step]
+            try:
+                data = piece.encode()
+            except UnicodeEncodeError:
+                data = _SURROGATE.sub("\ufffd", piece).encode()
+            self.feed(data)
+
+    def finish(self) -> FailureReport | None:
+        """Close the body; an unfinished data line is not complete report evidence."""
+        if not self._closed:
+            self._closed = True
+            if self._pending_hit:
+                LOGGER.warning(
+                    "a stream ended inside a line holding %s; an unfinished line is not read",
+                    FailureHeader.STREAM_FIELD,
+                )
+            self._pending = b""
+            self._pending_hit = False
+            self._start = None
+            self._guarded = True
+        return self.report
+
+    def observe(self) -> None:
+        """Retain model-call observations without selecting an enclosing episode failure."""
+        log = RequestFailureLog.current()
+        if log is not None and self.report is not None:
+            log.add(self.report)
+
+    # --- lines -----------------------------------------------------------------------------------
+
+    def _read_line(self, line: bytes) -> None:
+        """Read one complete line (without its ending) as per the SSE spec: a blank line closes the
+        open event, an `event:` line names it, and a `data:` line holding the key may be evidence."""
+        if len(line) > self._MAX_LINE_BYTES:
+            self._read_long(line[: self._HEAD_BYTES], self._KEY.search(line) is not None)
+            return
+        if not line:
+            self._event = None
+        elif line.startswith(b"event") and (len(line) == 5 or line[5] == _COLON):
+            self._event = _field_value(line, 5) or None
+        elif (
+            line.startswith(b"data")
+            and (len(line) == 4 or line[4] == _COLON)
+            and self._KEY.search(line) is not None
+        ):
+            self._read_data(_field_value(line, 4), len(line))
+
+    def _read_data(self, value: bytes, size: int) -> None:
+        try:
+            payload: Any = json.loads(value.decode("utf-8", "replace"))
+        except (ValueError, RecursionError):
+            self._read_unreadable(value, "data that is not JSON", size)
+            return
+        if not isinstance(payload, Mapping):
+            return  # the key is nested in a list or string: not a field of this event
+        data_type = payload.get("type", _MISSING)
+        if not self._is_terminal(data_type, readable=True):
+            LOGGER.debug("%s in a non-terminal stream event is not evidence", FailureHeader.STREAM_FIELD)
+            return
+        report = FailureHeader.decode_stream_event(payload)
+        if report is not None:
+            self._merge(report)
+
+    def _read_long(self, head: bytes, has_key: bool) -> None:
+        """Read a line over `_MAX_LINE_BYTES` from its first bytes and whether it holds the key."""
+        if head.startswith(b"event:"):
+            self._event = _LONG_NAME
+        elif head.startswith(b"data:") and has_key:
+            self._read_unreadable(_field_value(head, 4), f"a line over {self._MAX_LINE_BYTES} bytes", 0)
+
+    def _read_unreadable(self, value: bytes, why: str, size: int) -> None:
+        match = self._LEADING_TYPE.match(value)
+        data_type: object = match.group(1).decode("ascii", "replace") if match else _MISSING
+        if self._is_terminal(data_type, readable=False):
+            LOGGER.warning(
+                "a terminal stream event holds %s in %s (%d bytes); reported as omitted",
+                FailureHeader.STREAM_FIELD,
+                why,
+                size,
+            )
+            self._merge(FailureReport(omitted=True))
+
+    def _is_terminal(self, data_type: object, *, readable: bool) -> bool:
+        """Whether every type the open event states (its name, its data's `data_type`) is terminal.
+
+        Data that could not be read (`readable=False`) may state a type nobody saw, so an event that
+        states none is taken as terminal then.
+        """
+        stated = False
+        name = self._event
+        if name is not None:
+            if name not in self._TERMINAL_NAMES:
+                return False
+            stated = True
+        if data_type is not _MISSING:
+            if not (isinstance(data_type, str) and data_type in self._TERMINAL_TYPES):
+                return False
+            stated = True
+        return stated or not readable
+
+    def _merge(self, report: FailureReport) -> None:
+        current = self.report
+        if current is None:
+            self.report = report
+            return
+        merged = current.merged(report)
+        if merged.failure_id is None and report.failure_id is not None:
+            # Every event of `report` is in `merged`, its failure event included.
+            merged = FailureReport.model_construct(
+                events=merged.events, failure_id=report.failure_id, omitted=merged.omitted
+            )
+        self.report = merged
+
+    # --- chunks ----------------------------------------------------------------------------------
+
+    def _after_bom(self, chunk: bytes) -> bytes:
+        """`chunk` without the stream's leading byte order mark, held until it can be told apart."""
+        data = self._start + chunk if self._start else chunk
+        if len(data) < len(_BOM) and _BOM.startswith(data):
+            self._start = data
+            return b""
+        self._start = None
+        self._guarded = False
+        return data[len(_BOM) :] if data.startswith(_BOM) else data
+
+    def _read_hits(self, chunk: bytes, hit: int, end: int) -> None:
+        """Read the complete lines of `chunk` (up to `chunk[end]`): each one holding the field name
+        in full, and the event names before it."""
+        pos = 0
+        while 0 <= hit <= end:
+            lf = chunk.rfind(b"\n", pos, hit)
+            cr = chunk.rfind(b"\r", lf + 1 if lf >= 0 else pos, hit)
+            before = cr if cr > lf else lf
+            start = before + 1 if before >= 0 else pos
+            lf = chunk.find(b"\n", hit, end + 1)
+            cr = chunk.find(b"\r", hit, lf if lf >= 0 else end + 1)
+            stop = cr if cr >= 0 else lf
+            if start > pos:
+                self._advance(chunk, pos, start - 1)
+            if start == 0 and self._pending:
+                self._complete_pending(chunk[:stop])
+            else:
+                self._read_line(chunk[start:stop])
+            self._pending = b""
+            self._pending_hit = self._overlong = False
+            pos = stop + 1
+            if chunk[stop] == _CR and pos < len(chunk) and chunk[pos] == _LF:
+                pos += 1
+            hit = chunk.find(_FIELD, pos)
+        if pos <= end:
+            self._advance(chunk, pos, end)
+        self._last = chunk[end]
+        self._restart(chunk[end + 1 :], hit > end)
+
+    def _complete_pending(self, rest: bytes) -> None:
+        pending = self._pending
+        if not self._overlong:
+            self._read_line(bytes(pending) + rest)
+            return
+        tail = pending[self._HEAD_BYTES :]
+        has_key = self._pending_hit or self._KEY.search(tail + rest) is not None
+        self._read_long(bytes(pending[: self._HEAD_BYTES]), has_key)
+
+    def _restart(self, piece: bytes, hit: bool) -> None:
+        """Make `piece`, the bytes after the last line ending, the unfinished line."""
+        self._pending = b""
+        self._pending_hit = self._overlong = False
+        if piece:
+            self._extend(piece, hit)
+
+    def _extend(self, piece: bytes, hit: bool) -> None:
+        """Add `piece`, which ends no line, to the unfinished line; `hit` says the line may now hold
+        the field name."""
+        pending = self._pending
+        key, head, tail = self._KEY, self._HEAD_BYTES, self._KEY_TAIL
+        if self._overlong:
+            if hit and not self._pending_hit:
+                self._pending_hit = key.search(pending[head:] + piece) is not None
+            self._pending = pending[:head] + (pending[head:] + piece[-tail:])[-tail:]
+            return
+        if len(pending) + len(piece) <= self._MAX_LINE_BYTES:
+            if not isinstance(pending, bytearray):
+                # Appending to a bytearray is amortized O(1): a long line in small chunks stays linear.
+                pending = self._pending = bytearray(pending)
+            pending += piece
+            self._pending_hit = self._pending_hit or hit
+            return
+        has_key = (self._pending_hit and key.search(pending) is not None) or (
+            hit and key.search(pending[-tail:] + piece) is not None
+        )
+        line_head = bytes(pending[:head]) + piece[: max(0, head - len(pending))]
+        self._pending = line_head + (bytes(pending[-tail:]) + piece[-tail:])[-tail:]
+        self._pending_hit = has_key
+        self._overlong = True
+
+    def _advance(self, chunk: bytes, lo: int, le: int) -> None:
+        """Bring the open event's name up to the line ending at `chunk[le]`, reading the lines of
+        `chunk[lo : le + 1]` back from the last: the first `event:` or blank line met decides it.
+
+        `lo` is a line start; at 0 the first line continues `_pending`.
+        """
+        # Every chunk comes here: the common step (one line, an `event:` or blank one) is kept to a
+        # few operations, with no calls but the searches.
+        rfind = chunk.rfind
+        steps = self._WALK_STEPS
+        while steps:
+            steps -= 1
+            if chunk[le] != _LF:
+                stop = le
+            elif le:
+                stop = le - 1 if chunk[le - 1] == _CR else le
+            elif not self._pending and self._last == _CR:
+                return  # the LF of a CRLF split across chunks ends no line
+            else:
+                stop = 0
+            lf = rfind(b"\n", lo, stop)
+            cr = rfind(b"\r", lf + 1 if lf >= 0 else lo, stop)
+            before = cr if cr > lf else lf
+            start = before + 1 if before >= 0 else lo
+            if start == 0 and self._pending:
+                name = self._joined_event(self._pending, chunk, stop)
+                if name is not None:
+                    self._event = name or None
+                return
+            if start == stop:
+                self._event = None
+                return
+            if chunk.startswith(b"event", start, stop) and (stop == start + 5 or chunk[start + 5] == _COLON):
+                if stop - start > self._MAX_LINE_BYTES:
+                    self._event = _LONG_NAME
+                else:
+                    value = chunk[start + 6 : stop]
+                    self._event = (value[1:] if value[:1] == b" " else value) or None
+                return
+            if start == lo:
+                return
+            le = start - 1
+        self._advance_far(chunk, lo, le + 1)
+
+    def _advance_far(self, chunk: bytes, lo: int, stop: int) -> None:
+        """`_advance` over many lines: the last blank line and `event:` line of `chunk[lo:stop]` by
+        reverse search, then only its first line is read as a line."""
+        blank = max(
+            chunk.rfind(b"\n\n", lo, stop), chunk.rfind(b"\r\r", lo, stop), chunk.rfind(b"\n\r", lo, stop)
+        )
+        floor = blank + 2 if blank >= 0 else lo + 1
+        at = chunk.rfind(b"event", floor, stop)
+        while at >= floor:
+            if chunk[at - 1] in (_LF, _CR) and chunk[at + 5] in (_COLON, _LF, _CR):
+                lf = chunk.find(b"\n", at, stop)
+                cr = chunk.find(b"\r", at, lf if lf >= 0 else stop)
+                self._event = self._name(chunk, at, cr if cr >= 0 else lf)
+                return
+            at = chunk.rfind(b"event", floor, at + 4)
+        if blank >= 0:
+            self._event = None
+            return
+        lf = chunk.find(b"\n", lo, stop)
+        cr = chunk.find(b"\r", lo, lf if lf >= 0 else stop)
+        self._advance(chunk, lo, cr if cr >= 0 else lf)
+
+    def _name(self, chunk: bytes, start: int, stop: int) -> bytes | None:
+        """The event name the `event:` line `chunk[start:stop]` gives, as `_read_line` reads it."""
+        if stop - start > self._MAX_LINE_BYTES:
+            return _LONG_NAME
+        return _field_value(chunk[start:stop], 5) or None
+
+    def _joined_event(self, pending: bytes | bytearray, chunk: bytes, stop: int) -> bytes | None:
+        """The `event:` value of the line `pending + chunk[:stop]`; `None` when it is another line."""
+        if self._overlong:
+            return _LONG_NAME if pending[:6] == b"event:" else None
+        probe = bytes(pending[:6]) + chunk[: max(0, min(stop, 6 - len(pending)))]
+        if not probe.startswith(b"event") or (len(probe) > 5 and probe[5] != _COLON):
+            return None
+        if len(pending) + stop > self._MAX_LINE_BYTES:
+            return _LONG_NAME
+        return _field_value(bytes(pending) + chunk[:stop], 5)

@@ -61,6 +61,7 @@ class FailureReportRow:
 
     A row that holds a report has all three keys: the events keyed by event id (the wire form), the
     report's `failure_id` (`None` on a success that recovered from failures) and its `omitted` flag.
+    A row with some of the keys but not all is read as invalid (`omitted`).
     """
 
     EVENTS: str = "_ng_failure_events"
@@ -84,12 +85,17 @@ class FailureReportRow:
     def report(cls, row: Mapping[str, Any]) -> FailureReport:
         """The report saved in `row`; an invalid one is reported as omitted, never raised."""
         try:
-            if not any(key in row for key in cls.KEYS):
+            present = [key for key in cls.KEYS if key in row]
+            if not present:
                 return FailureReport()
+            if len(present) < len(cls.KEYS):
+                # `fields` writes all three keys: a row missing one was changed after it was saved, and
+                # a missing `failure_id` would read a failed rollout as a recovered success.
+                raise ValueError("a saved report needs all three row keys")
             value = {
-                "events": row.get(cls.EVENTS) or {},
-                "failure_id": row.get(cls.FAILURE_ID),
-                "omitted": row.get(cls.OMITTED) or False,
+                "events": row[cls.EVENTS],
+                "failure_id": row[cls.FAILURE_ID],
+                "omitted": row[cls.OMITTED],
             }
             return _report_keeping_unknown_kinds(value)
         except (ValidationError, ValueError, TypeError, RecursionError) as error:
@@ -163,7 +169,9 @@ def observe_model_operation(
             request_elapsed_ms=request_elapsed_ms,
         )
     except ValidationError as error:
-        _log_invalid("a model operation observation", 0, error)
+        _log_invalid(
+            "a model operation observation", 0, error, frozenset(ModelOperationObservation.model_fields)
+        )
         return
     log.add_model_operation(observation)
 
