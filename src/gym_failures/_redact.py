@@ -15,7 +15,7 @@ applied after it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from urllib.parse import parse_qsl
 
 REDACTED = "[REDACTED]"
@@ -26,19 +26,37 @@ _SECRET_NAME = (
     r"(?:key|token|secret|passw(?:or)?d|pwd|auth|cookie|session|signature|credential)[\w.-]{0,64}"
 )
 _SCHEME = r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,30}://"
-_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+
+
+def _without_query(url: str) -> str:
+    """`url` with its query string (up to a fragment) replaced; a `?` after a `#` is the fragment's."""
+    start = url.find("?")
+    if start < 0 or 0 <= url.find("#") < start:
+        return url
+    end = url.find("#", start)
+    return f"{url[:start]}?{REDACTED}{url[end:] if end >= 0 else ''}"
+
+
+# A URL is matched as one whole token and its query cut in Python: a pattern that looked for the `?`
+# after each scheme rescanned the rest of the text from every `x://` in it (quadratic; 200 KB of
+# "a://" took a minute).
+_PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
     # scheme://user:password@host -> scheme://[REDACTED]@host
     (re.compile(rf"(?i)({_SCHEME})[^/\s@]*@"), rf"\1{REDACTED}@"),
     # Any URL's query string: its values are the request's, not ours to repeat.
-    (re.compile(rf"(?i)({_SCHEME}[^\s?#\"']*)\?[^\s#\"']*"), rf"\1?{REDACTED}"),
+    (re.compile(rf"(?i){_SCHEME}[^\s\"']*"), lambda match: _without_query(match.group())),
     (re.compile(r"(?i)\b(bearer|basic|token|digest)\s+[A-Za-z0-9._~+/=-]{4,}"), rf"\1 {REDACTED}"),
     (re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{6,}"), REDACTED),
     (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{6,}"), REDACTED),
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{16,}"), REDACTED),
     (re.compile(r"\bAKIA[0-9A-Z]{12,}"), REDACTED),
-    # name=value, name: value, "name": "value" where the name says secret.
+    # name=value, name: value, "name": "value" where the name says secret. A value that is already the
+    # marker is matched whole, so redacting twice (each hop does) does not grow it to "[REDACTED]]".
     (
-        re.compile(rf"(?i)([\"']?{_SECRET_NAME}[\"']?\s*[:=]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&\"'}}\]]+)"),
+        re.compile(
+            rf"(?i)([\"']?{_SECRET_NAME}[\"']?\s*[:=]\s*)"
+            rf"({re.escape(REDACTED)}|\"[^\"]*\"|'[^']*'|[^\s,;&\"'}}\]]+)"
+        ),
         rf"\1{REDACTED}",
     ),
 )

@@ -62,7 +62,14 @@ from gym_failures.failure_transport import (
     observe_failure,
     observe_model_operation,
 )
-from gym_failures.failures import HttpDetails, NgFailureEvent, _type_name, new_event_id, rebuild_failure
+from gym_failures.failures import (
+    _BY_BOUNDARY,
+    HttpDetails,
+    NgFailureEvent,
+    _type_name,
+    new_event_id,
+    rebuild_failure,
+)
 
 try:
     import aiohttp
@@ -143,6 +150,12 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def _failure_class(boundary: FailureBoundary | str) -> type[NgFailureEvent]:
+    """The exception class of `boundary` (`ModelFailure` for "model"), as `rebuild_failure` picks it,
+    so `except ModelFailure` catches a model server's failure whether or not its reply had a report."""
+    return _BY_BOUNDARY[FailureBoundary(boundary)]
+
+
 def _observe(report_headers: Mapping[str, str]) -> None:
     log = RequestFailureLog.current()
     if log is None:
@@ -178,7 +191,7 @@ async def _failure_for(
     failure = rebuild_failure(report) if report is not None else None
     if failure is None:
         called = FailureBoundary(boundary)
-        failure = NgFailureEvent(
+        failure = _failure_class(called)(
             boundary=called,
             failure_kind=failure_kind or DEFAULT_KIND_BY_BOUNDARY[called],
             failure_reason=f"{method} {safe_url} answered {status} without a failure report",
@@ -370,7 +383,7 @@ def map_transport_errors(
             code = error.os_error.errno
         cause = _type_name(error) + (f" [{errno.errorcode.get(code, code)}]" if isinstance(code, int) else "")
         target = f"{method} {safe_url}".strip()
-        failure = NgFailureEvent(
+        failure = _failure_class(boundary)(
             boundary=boundary,
             failure_kind=kind,
             failure_reason=f"{target}: {cause}" if target else cause,
@@ -446,13 +459,16 @@ async def retry_model_call(
 
     for attempt in range(1, max_attempts + 1):
         attempt_id = f"{operation_id}.{attempt}"
+        budget = asyncio.timeout_at(_loop_deadline(deadline))
         try:
-            async with asyncio.timeout_at(_loop_deadline(deadline)):
+            async with budget:
                 result = await call(attempt_id)
         except TimeoutError as error:
-            if time.monotonic() < deadline:
+            # Ask the timeout, not the clock: a loop's timer may fire a little before `deadline` on
+            # time.monotonic (uvloop's clock has millisecond steps).
+            if not budget.expired():
                 raise  # not our budget: the call's own timeout, not a Gym failure
-            failure = NgFailureEvent(
+            failure = _failure_class(boundary)(
                 boundary=boundary,
                 failure_kind=TRANSPORT_TIMEOUT,
                 failure_reason=f"model call {operation_id} exceeded its {budget_s:g} s budget",

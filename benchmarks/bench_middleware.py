@@ -1,0 +1,202 @@
+"""The middleware's success-path and failure-path cost, driven in process (ASGI calls, no sockets).
+
+Variants run in alternating batches in one process, so a noisy neighbour slows them alike:
+- bare: the Starlette app alone;
+- floor: a pure-ASGI middleware that only sets a ContextVar per request and wraps `send` (the
+  structural floor of any per-request middleware);
+- gym: `FailureReportMiddleware`;
+- base_http: Starlette's `BaseHTTPMiddleware` doing the same work (a log per request, the header).
+
+The failure path compares a handler raising a Gym failure with a 10-event cause chain under the
+middleware against a bare handler returning a 500 of the same size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import statistics
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from gym_failures.asgi import FailureReportMiddleware
+from gym_failures.failure_transport import FailureHeader, RequestFailureLog
+from gym_failures.failures import AgentFailure, ModelFailure, NgFailureEvent
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_FLOOR_VAR: contextvars.ContextVar[object | None] = contextvars.ContextVar("floor", default=None)
+
+
+class FloorMiddleware:
+    """Sets a ContextVar per request and wraps `send`: the least any such middleware does."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        token = _FLOOR_VAR.set(object())
+        started = False
+
+        async def wrapped(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, wrapped)
+        finally:
+            _FLOOR_VAR.reset(token)
+
+
+class BaseHTTPFailureMiddleware(BaseHTTPMiddleware):
+    """The same work as `FailureReportMiddleware` on the success path, the Starlette-decorator way."""
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        with RequestFailureLog.capture() as log:
+            response = await call_next(request)
+            response.headers.update(FailureHeader.encode(log.report))
+            return response
+
+
+async def _ok(request: Request) -> Response:
+    return PlainTextResponse("ok")
+
+
+def _chain(length: int) -> NgFailureEvent:
+    failure: NgFailureEvent | None = None
+    for index in range(length):
+        cls = ModelFailure if index < length - 1 else AgentFailure
+        kind = "model_server_error" if cls is ModelFailure else "agent_run_error"
+        new = cls(failure_kind=kind, failure_reason=f"attempt {index} failed: upstream answered 503")
+        new.__cause__ = failure
+        failure = new
+    assert failure is not None
+    return failure
+
+
+async def _raise_chain(request: Request) -> Response:
+    raise _chain(10)
+
+
+def _app(failing: bool = False) -> Starlette:
+    return Starlette(routes=[Route("/", _raise_chain if failing else _ok)])
+
+
+def _variants() -> dict[str, ASGIApp]:
+    floor = _app()
+    floor.add_middleware(FloorMiddleware)
+    gym = _app()
+    gym.add_middleware(FailureReportMiddleware, boundary="agent")
+    base_http = _app()
+    base_http.add_middleware(BaseHTTPFailureMiddleware)
+    return {"bare": _app(), "floor": floor, "gym": gym, "base_http": base_http}
+
+
+def _scope() -> Scope:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/",
+        "raw_path": b"/",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"bench"), (b"accept", b"*/*")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8000),
+    }
+
+
+async def _receive() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+async def _batch(app: ASGIApp, requests: int) -> float:
+    """Requests per second over one batch."""
+    sent: list[int] = []
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            sent.append(message["status"])
+
+    start = time.perf_counter()
+    for _ in range(requests):
+        await app(_scope(), _receive, send)
+    elapsed = time.perf_counter() - start
+    assert len(sent) == requests
+    return requests / elapsed
+
+
+async def _startup(app: ASGIApp) -> None:
+    # Build Starlette's middleware stack once, outside the timed batches.
+    await _batch(app, 10)
+
+
+async def measure(rounds: int = 15, requests: int = 2000) -> dict[str, float]:
+    """Median requests per second of each variant, success and failure paths."""
+    variants = _variants()
+    failing = _app(failing=True)
+    failing.add_middleware(FailureReportMiddleware, boundary="agent")
+    failure_body = b"x" * 120
+
+    async def bare_500(request: Request) -> Response:
+        return PlainTextResponse(failure_body, status_code=500)
+
+    bare_failing = Starlette(routes=[Route("/", bare_500)])
+    all_apps: dict[str, ASGIApp] = {**variants, "failure_gym": failing, "failure_bare": bare_failing}
+    for app in all_apps.values():
+        await _startup(app)
+    results: dict[str, list[float]] = {name: [] for name in all_apps}
+    for _ in range(rounds):
+        for name, app in all_apps.items():
+            batch = requests if not name.startswith("failure") else requests // 4
+            results[name].append(await _batch(app, batch))
+    return {name: statistics.median(values) for name, values in results.items()}
+
+
+def main() -> str:
+    # The failure path logs one ERROR line per request; a benchmark measures the work, not a terminal.
+    logging.getLogger("gym_failures").setLevel(logging.CRITICAL)
+    figures = asyncio.run(measure())
+    floor, bare = figures["floor"], figures["bare"]
+    lines = [
+        "| variant (in process, success path) | requests/s (median) | vs bare | vs floor |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for name in ("bare", "floor", "gym", "base_http"):
+        value = figures[name]
+        lines.append(f"| {name} | {value:,.0f} | {value / bare:.3f} | {value / floor:.3f} |")
+    lines += [
+        "",
+        "| failure path (in process) | requests/s (median) | ratio |",
+        "| --- | ---: | ---: |",
+        f"| bare handler returning a 500 | {figures['failure_bare']:,.0f} | 1.000 |",
+        f"| Gym failure with a 10-event chain | {figures['failure_gym']:,.0f} | "
+        f"{figures['failure_gym'] / figures['failure_bare']:.3f} |",
+    ]
+    table = "\n".join(lines)
+    print(table)
+    return table
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,299 @@
+"""Server side: a pure ASGI middleware that sends each request's failure report with its reply.
+
+Add it the usual way on Starlette or FastAPI::
+
+    app.add_middleware(FailureReportMiddleware, boundary="agent")
+
+For each HTTP request it makes a new `RequestFailureLog` current, so code serving the request can
+`observe_failure`, `observe_model_operation` and `observe_reply`. When the response starts it adds the
+`X-NG-Failure-Report` header if the log holds anything. When the handler raises before the response
+started, it replies itself with `failure_status` (500), a small JSON body naming the failure and the
+header carrying the failure and its causes. A non-Gym exception becomes a failure of this server's
+boundary with `default_failure_kind`, its type recorded and a bounded reason from which credentials,
+URL secrets and the request's own credential values are removed. If the response had already started,
+the exception is re-raised and no second start is ever sent.
+
+Streaming replies pass through byte for byte: `send` is wrapped, never buffered. A server puts the
+report into its terminal SSE event with `stream_failure_field`; a relay passes a stream on unchanged
+with `relay_stream`, which reads the stream's report and observes it.
+
+This module is pure ASGI: it imports no web framework. It is never a `BaseHTTPMiddleware`, which runs
+the app in a copied context (a ContextVar set inside would not flow back) and costs most of the
+throughput.
+
+Decisions:
+- The failure reply's status is one configurable value (500); the failure kind, not the status, says
+  what went wrong.
+- A failure reply whose report is over the header's bound keeps the request's own failure chain,
+  marked omitted, and leaves the observations out; only when the chain alone is too large is the
+  header `{"omitted": true}`. The caller can then still rebuild the failure with its origin id.
+- A reply's report is scrubbed of the request's own credential values (headers, query values) before
+  it is sent, in the header and in a stream's terminal event alike: a producer's reason may have
+  quoted them. The request's log keeps the scope for that (`_ServedRequestLog`), so the success path
+  sets no second ContextVar.
+- The log line for a failed request carries the kind, the event id, the raising frame and the
+  redacted reason at ERROR (the whole stack, frames only, at DEBUG), never `str(exc)` or a formatted
+  exception, whose last line quotes it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    MutableMapping,
+)
+from dataclasses import dataclass, field
+from typing import Any
+
+from gym_failures._redact import redact, request_secrets
+from gym_failures.failure_kinds import INFRASTRUCTURE_ERROR, FailureStage
+from gym_failures.failure_records import FailureBoundary, FailureEvent, FailureReport
+from gym_failures.failure_transport import (
+    FailureHeader,
+    RequestFailureLog,
+    StreamFailureReportReader,
+    report_for_current_request,
+)
+from gym_failures.failures import NgFailureEvent, _type_name, bounded_text
+
+__all__ = ["FailureReportMiddleware", "relay_stream", "sse_event", "stream_failure_field"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+LOGGER = logging.getLogger(__name__)
+
+_HEADER_NAME = FailureHeader.NAME.lower().encode("ascii")
+_CURRENT = RequestFailureLog._current
+_MAX_REDACTED_INPUT = 4 * 2000
+
+
+@dataclass
+class _ServedRequestLog(RequestFailureLog):
+    """The log of a request this middleware serves, with the request's scope: a report written into the
+    request's stream (`stream_failure_field`) is scrubbed of the request's credentials as its header is."""
+
+    scope: Scope = field(default_factory=dict, repr=False, compare=False)
+
+
+class FailureReportMiddleware:
+    """Send each HTTP request's failure report in its reply; reply for a handler that raised."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        boundary: FailureBoundary | str,
+        default_failure_kind: str = INFRASTRUCTURE_ERROR,
+        failure_status: int = 500,
+        stage: FailureStage | None = None,
+    ) -> None:
+        if not 400 <= failure_status <= 599:
+            raise ValueError("failure_status must be a 4xx or 5xx status")
+        self.app = app
+        self.boundary = FailureBoundary(boundary)
+        self.default_failure_kind = default_failure_kind
+        self.failure_status = failure_status
+        self.stage = stage
+        # Fail at startup, not at the first failure, if the default kind cannot make an event.
+        self._wrap(RuntimeError(), known_secrets=())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        log = _ServedRequestLog(scope=scope)
+        token = _CURRENT.set(log)
+        response_started = False
+
+        async def send_with_report(message: Message) -> None:
+            nonlocal response_started
+            if message["type"] == "http.response.start":
+                response_started = True
+                report = log.report
+                if report.events or report.omitted:
+                    message = _with_report_header(message, _scrubbed(report, scope))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_report)
+        except Exception as error:
+            if response_started:
+                raise
+            await self._send_failure(scope, error, log, send)
+        finally:
+            _CURRENT.reset(token)
+
+    def _wrap(self, error: BaseException, known_secrets: Iterable[str]) -> NgFailureEvent:
+        try:
+            # Cut before redacting, as `failures` does: only the first 2000 characters are kept, and
+            # an exception's text can be megabytes (a quoted payload).
+            message = str(error)[:_MAX_REDACTED_INPUT]
+        except Exception:  # a broken __str__ must not hide the failure
+            message = ""
+        type_name = _type_name(error)
+        reason = redact(f"{type_name}: {message}" if message else type_name, known_secrets)
+        failure = NgFailureEvent(
+            boundary=self.boundary,
+            failure_kind=self.default_failure_kind,
+            failure_reason=bounded_text(reason),
+            stage=self.stage,
+            exception_type=type_name,
+        )
+        # An explicit cause: the Gym failure under `error`, if any, becomes this failure's cause.
+        failure.__cause__ = error
+        return failure
+
+    async def _send_failure(self, scope: Scope, error: Exception, log: RequestFailureLog, send: Send) -> None:
+        secrets = _secrets_of(scope)
+        failure = error if isinstance(error, NgFailureEvent) else self._wrap(error, secrets)
+        own = failure.failure_report()
+        report = _fitting(_scrubbed(own.merged(log.report), scope), own)
+        event = report.events.get(failure.event_id) or failure.to_event()
+        _log_failure(event, error)
+        body = json.dumps(
+            {
+                "failure_kind": event.failure_kind,
+                "failure_reason": event.failure_reason,
+                "event_id": event.event_id,
+                "boundary": event.boundary.value,
+            },
+            ensure_ascii=True,
+        ).encode("ascii")
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode("ascii")),
+        ]
+        headers.extend(_encoded_header(report))
+        await send({"type": "http.response.start", "status": self.failure_status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _fitting(report: FailureReport, own: FailureReport) -> FailureReport:
+    """`report` when it fits the header; else only the request's own failure chain, marked omitted.
+
+    The observations are what a full header leaves out first: the failure's own event id is what the
+    caller rebuilds. `report` is already scrubbed and holds `own`'s events, which are taken from it.
+    """
+    if len(report.__pydantic_serializer__.to_json(report)) <= FailureHeader.MAX_BYTES:
+        return report
+    events = {event_id: report.events[event_id] for event_id in own.events if event_id in report.events}
+    return FailureReport.model_construct(events=events, failure_id=own.failure_id, omitted=True)
+
+
+def _secrets_of(scope: Scope) -> list[str]:
+    return request_secrets(scope.get("headers") or (), scope.get("query_string") or b"")
+
+
+def _scrubbed(report: FailureReport, scope: Scope) -> FailureReport:
+    """`report` without the request's own credential values in any reason or message."""
+    secrets = [s for s in _secrets_of(scope) if len(s) >= 6]
+    if not secrets:
+        return report
+    changed: dict[str, FailureEvent] = {}
+    for event_id, event in report.events.items():
+        texts = [event.failure_reason, event.foreign_error.message if event.foreign_error else ""]
+        if any(secret in text for secret in secrets for text in texts):
+            update: dict[str, Any] = {"failure_reason": redact(event.failure_reason, secrets)}
+            if event.foreign_error is not None:
+                update["foreign_error"] = event.foreign_error.model_copy(
+                    update={"message": redact(event.foreign_error.message, secrets)}
+                )
+            changed[event_id] = event.model_copy(update=update)
+    if not changed:
+        return report
+    return FailureReport.model_construct(
+        events={**report.events, **changed}, failure_id=report.failure_id, omitted=report.omitted
+    )
+
+
+def _encoded_header(report: FailureReport) -> list[tuple[bytes, bytes]]:
+    return [
+        (name.lower().encode("ascii"), value.encode("ascii"))
+        for name, value in FailureHeader.encode(report).items()
+    ]
+
+
+def _with_report_header(message: Message, report: FailureReport) -> Message:
+    """`message` with one report header: the app's own (an app may reply with its failure without
+    raising) merged with the log's, the app's `failure_id` kept."""
+    headers: list[tuple[bytes, bytes]] = []
+    inner: FailureReport | None = None
+    for name, value in message.get("headers", ()):
+        if name.lower() == _HEADER_NAME:
+            decoded = FailureHeader.decode({FailureHeader.NAME: value.decode("latin-1")})
+            if decoded is not None:
+                inner = decoded if inner is None else inner.merged(decoded)
+        else:
+            headers.append((name, value))
+    headers.extend(_encoded_header(report if inner is None else inner.merged(report)))
+    return {**message, "headers": headers}
+
+
+def _log_failure(event: FailureEvent, error: BaseException) -> None:
+    # Never exc_info: the last line of a formatted exception is str(error), which may quote the request.
+    # The raising frame is enough at ERROR; the whole stack (frames only) is there at DEBUG.
+    where = ""
+    tb = error.__traceback__
+    if tb is not None:
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        where = f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+    LOGGER.error(
+        "request failed: %s (%s, event %s)%s: %s",
+        event.failure_kind,
+        event.boundary.value,
+        event.event_id,
+        where,
+        event.failure_reason,
+    )
+    if error.__traceback__ is not None and LOGGER.isEnabledFor(logging.DEBUG):
+        LOGGER.debug(
+            "frames of event %s:\n%s", event.event_id, "".join(traceback.format_tb(error.__traceback__))
+        )
+
+
+def stream_failure_field(error: BaseException | None = None) -> dict[str, Any]:
+    """`{STREAM_FIELD: report}` for the current request's report (with `error`, if the stream
+    failed), to merge into the payload of the stream's terminal event; `{}` when there is nothing."""
+    report = report_for_current_request(error)
+    log = RequestFailureLog.current()
+    if isinstance(log, _ServedRequestLog):
+        report = _scrubbed(report, log.scope)
+    value = FailureHeader.stream_value(report)
+    return {} if value is None else {FailureHeader.STREAM_FIELD: value}
+
+
+def sse_event(event: str, data: Mapping[str, Any]) -> bytes:
+    """One server-sent event, `event:` and one `data:` line of compact JSON."""
+    payload = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return f"event: {event}\ndata: {payload}\n\n".encode()
+
+
+async def relay_stream(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    """Yield `chunks` unchanged while reading the stream's terminal failure report; when the stream
+    ends (or the consumer stops), observe that report into the current request's log."""
+    reader = StreamFailureReportReader()
+    iterator = aiter(chunks)
+    try:
+        async for chunk in iterator:
+            reader.feed(chunk)
+            yield chunk
+    finally:
+        reader.finish()
+        reader.observe()
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            await aclose()

@@ -1,0 +1,434 @@
+"""Tests for the caller side against a real uvicorn server, with real aiohttp and httpx clients."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import ssl
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from email.utils import formatdate
+from typing import Any, Literal
+
+import aiohttp
+import httpx
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gym_failures.asgi import FailureReportMiddleware
+from gym_failures.client import (
+    DEFAULT_KIND_BY_BOUNDARY,
+    map_transport_errors,
+    raise_boundary_failure,
+    raise_for_status,
+)
+from gym_failures.failure_kinds import (
+    FAILURE_KINDS,
+    MODEL_SERVER_ERROR,
+    PROVIDER_UNAVAILABLE,
+    TRANSPORT_PEER_DROP,
+    TRANSPORT_TIMEOUT,
+    TRANSPORT_UNREACHABLE,
+)
+from gym_failures.failure_records import FailureBoundary
+from gym_failures.failure_transport import RequestFailureLog, observe_failure
+from gym_failures.failures import ModelFailure, NgFailureEvent, SandboxFailure
+
+ClientName = Literal["aiohttp", "httpx"]
+AnyResponse = aiohttp.ClientResponse | httpx.Response
+
+OBSERVED_ID = "observed-attempt-1"
+FAILURE_ID = "model-failure-1"
+CAUSE_ID = "sandbox-cause-1"
+QUERY_SECRET = "Qs8QuerySecretValue"
+BODY_SECRET = "sk-bodysecret0123456789"
+# One TLS context for every httpx client: loading the CA bundle per client costs about 0.1 s a test.
+TLS = ssl.create_default_context()
+LONG_BODY = f"upstream failed: Authorization: Bearer {BODY_SECRET}\n" + "detail " * 1000
+
+
+# --- The server ---------------------------------------------------------------------------------
+
+
+async def ok(request: Request) -> Response:
+    observe_failure(ModelFailure(failure_kind=MODEL_SERVER_ERROR, event_id=OBSERVED_ID))
+    return JSONResponse({"ok": True})
+
+
+async def fail(request: Request) -> Response:
+    cause = SandboxFailure(failure_kind=PROVIDER_UNAVAILABLE, failure_reason="no capacity", event_id=CAUSE_ID)
+    raise ModelFailure(
+        failure_kind=MODEL_SERVER_ERROR, failure_reason="model crashed", stage="agent", event_id=FAILURE_ID
+    ) from cause
+
+
+async def plain(request: Request) -> Response:
+    """A failed reply without a report, as a server that is not a Gym server sends."""
+    headers = {}
+    if "retry_after" in request.query_params:
+        headers["Retry-After"] = request.query_params["retry_after"]
+    return PlainTextResponse(LONG_BODY, status_code=int(request.path_params["status"]), headers=headers)
+
+
+async def drop(scope: Scope, receive: Receive, send: Send) -> None:
+    """Start a reply, send part of its body, then fail: uvicorn closes the connection mid-reply."""
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"1000")]})
+    await send({"type": "http.response.body", "body": b"partial", "more_body": True})
+    raise ConnectionAbortedError("the test server drops the connection")
+
+
+async def hang(scope: Scope, receive: Receive, send: Send) -> None:
+    """Never reply; return once the client has gone, so the server shuts down at once."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def gym_app() -> Starlette:
+    app = Starlette(
+        routes=[
+            Route("/ok", ok),
+            Route("/fail", fail),
+            Route("/plain/{status:int}", plain),
+            Mount("/drop", app=drop),
+            Mount("/hang", app=hang),
+        ]
+    )
+    app.add_middleware(FailureReportMiddleware, boundary="model")
+    return app
+
+
+@contextlib.contextmanager
+def serving(app: ASGIApp) -> Iterator[str]:
+    """`app` served by uvicorn in a background thread on a free loopback port; yields its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, lifespan="off", ws="none", log_level="critical", timeout_graceful_shutdown=2)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+        assert not thread.is_alive(), "uvicorn did not stop"
+
+
+@pytest.fixture(scope="module")
+def base_url() -> Iterator[str]:
+    with serving(gym_app()) as url:
+        yield url
+
+
+@pytest.fixture(params=["aiohttp", "httpx"])
+def client(request: pytest.FixtureRequest) -> ClientName:
+    name: ClientName = request.param
+    return name
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@contextlib.asynccontextmanager
+async def get(
+    client: ClientName, url: str, *, read_timeout: float = 10.0, **kwargs: Any
+) -> AsyncIterator[AnyResponse]:
+    """A GET with `client`; the response is open (its body readable) inside the block."""
+    if client == "aiohttp":
+        timeout = aiohttp.ClientTimeout(total=30, sock_read=read_timeout)
+        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url, **kwargs) as reply:
+            yield reply
+    else:
+        timeouts = httpx.Timeout(10.0, read=read_timeout)
+        async with httpx.AsyncClient(timeout=timeouts, verify=TLS) as http:
+            yield await http.get(url, **kwargs)
+
+
+async def failure_of(
+    client: ClientName, url: str, *, params: dict[str, str] | None = None, **kwargs: Any
+) -> NgFailureEvent:
+    async with get(client, url, params=params) as response:
+        with pytest.raises(NgFailureEvent) as raised:
+            await raise_boundary_failure(response, **kwargs)
+    return raised.value
+
+
+# --- raise_boundary_failure -------------------------------------------------------------------
+
+
+async def test_raise_boundary_failure_returns_on_2xx_and_observes_the_report(
+    client: ClientName, base_url: str
+) -> None:
+    with RequestFailureLog.capture() as log:
+        async with get(client, f"{base_url}/ok") as response:
+            await raise_boundary_failure(response, boundary="model")
+
+    assert list(log.report.events) == [OBSERVED_ID]
+    assert log.report.failure_id is None
+
+
+async def test_raise_boundary_failure_outside_a_request_returns_on_2xx(
+    client: ClientName, base_url: str
+) -> None:
+    async with get(client, f"{base_url}/ok") as response:
+        await raise_boundary_failure(response, boundary="model")
+    assert RequestFailureLog.current() is None
+
+
+async def test_a_failed_reply_with_a_report_raises_the_rebuilt_remote_failure(
+    client: ClientName, base_url: str
+) -> None:
+    with RequestFailureLog.capture() as log:
+        failure = await failure_of(client, f"{base_url}/fail", boundary="agent")
+
+    assert type(failure) is ModelFailure
+    assert failure.event_id == FAILURE_ID
+    assert failure.failure_kind == MODEL_SERVER_ERROR
+    assert failure.boundary is FailureBoundary.MODEL
+    assert failure.stage == "agent"
+    assert failure.cause_id == CAUSE_ID
+    report = failure.failure_report()
+    assert report.failure_id == FAILURE_ID
+    assert set(report.events) == {FAILURE_ID, CAUSE_ID}
+    assert report.events[CAUSE_ID].failure_kind == PROVIDER_UNAVAILABLE
+    assert set(log.report.events) == {FAILURE_ID, CAUSE_ID}  # the reply's report is observed too
+
+
+async def test_a_failed_reply_keeps_its_http_details_apart(client: ClientName, base_url: str) -> None:
+    user_url = base_url.replace("http://", "http://alice:Pw9UserInfoSecret@")
+    failure = await failure_of(client, f"{user_url}/plain/502?token={QUERY_SECRET}&page=2")
+
+    details = failure.http_details
+    assert details is not None
+    assert details.method == "GET"
+    assert details.url == f"{base_url}/plain/502"
+    assert details.status == 502
+    assert details.delivery == "answered"
+    assert 0 < len(details.body_excerpt) <= 512
+    assert details.body_excerpt.startswith("upstream failed: Authorization:")
+    assert BODY_SECRET not in details.body_excerpt
+    assert QUERY_SECRET not in repr(failure.to_event())
+    assert "Pw9UserInfoSecret" not in repr(failure.to_event())
+
+
+async def test_a_failed_reply_without_a_report_raises_the_boundary_default_kind(
+    client: ClientName, base_url: str
+) -> None:
+    failure = await failure_of(client, f"{base_url}/plain/503?api_key={QUERY_SECRET}", boundary="sandbox")
+
+    assert type(failure) is SandboxFailure
+    assert failure.boundary is FailureBoundary.SANDBOX
+    assert failure.failure_kind == DEFAULT_KIND_BY_BOUNDARY[FailureBoundary.SANDBOX]
+    assert failure.http_status == 503
+    assert failure.cause_id is None
+    assert f"{base_url}/plain/503" in failure.failure_reason
+    assert QUERY_SECRET not in failure.failure_reason
+
+
+@pytest.mark.parametrize("status", [400, 404, 429, 500, 503])
+async def test_the_status_of_a_reply_without_a_report_is_never_turned_into_a_kind(
+    base_url: str, status: int
+) -> None:
+    failure = await failure_of("httpx", f"{base_url}/plain/{status}", boundary="model")
+
+    assert failure.failure_kind == DEFAULT_KIND_BY_BOUNDARY[FailureBoundary.MODEL]
+    assert failure.http_status == status
+
+
+async def test_a_failed_reply_without_a_report_takes_the_given_kind(
+    client: ClientName, base_url: str
+) -> None:
+    failure = await failure_of(
+        client, f"{base_url}/plain/500", boundary="model", failure_kind=MODEL_SERVER_ERROR, attempt_id="op.2"
+    )
+
+    assert type(failure) is ModelFailure
+    assert failure.failure_kind == MODEL_SERVER_ERROR
+    assert failure.http_status == 500
+    assert failure.attempt_id == "op.2"
+
+
+@pytest.mark.parametrize("boundary", list(FailureBoundary))
+def test_every_boundary_has_a_registered_default_kind(boundary: FailureBoundary) -> None:
+    assert DEFAULT_KIND_BY_BOUNDARY[boundary] in FAILURE_KINDS
+
+
+async def test_raise_boundary_failure_refuses_what_is_not_a_response() -> None:
+    with pytest.raises(TypeError, match="not an aiohttp or httpx response"):
+        await raise_boundary_failure(object())  # type: ignore[arg-type]
+
+
+# --- Retry-After --------------------------------------------------------------------------------
+
+
+async def test_retry_after_in_seconds_is_parsed(client: ClientName, base_url: str) -> None:
+    failure = await failure_of(client, f"{base_url}/plain/429?retry_after=7")
+
+    assert failure.http_details is not None
+    assert failure.http_details.retry_after_s == 7.0
+
+
+async def test_retry_after_as_an_http_date_is_parsed(client: ClientName, base_url: str) -> None:
+    when = formatdate(time.time() + 120, usegmt=True)
+    failure = await failure_of(client, f"{base_url}/plain/503", params={"retry_after": when})
+
+    assert failure.http_details is not None
+    assert failure.http_details.retry_after_s is not None
+    assert 100 < failure.http_details.retry_after_s <= 121
+
+
+async def test_an_unreadable_retry_after_is_ignored(client: ClientName, base_url: str) -> None:
+    failure = await failure_of(client, f"{base_url}/plain/503?retry_after=soon")
+
+    assert failure.http_details is not None
+    assert failure.http_details.retry_after_s is None
+
+
+# --- raise_for_status ---------------------------------------------------------------------------
+
+
+async def test_raise_for_status_raises_aiohttp_client_response_error(base_url: str) -> None:
+    async with get("aiohttp", f"{base_url}/fail?token={QUERY_SECRET}") as response:
+        with pytest.raises(aiohttp.ClientResponseError) as raised:
+            await raise_for_status(response)
+
+    error: Any = raised.value
+    assert error.status == 500
+    assert isinstance(error.failure, ModelFailure)
+    assert error.failure.event_id == FAILURE_ID
+    assert error.__cause__ is error.failure
+    assert json.loads(error.content)["event_id"] == FAILURE_ID
+    assert QUERY_SECRET not in str(error)
+    assert "?" not in str(error)
+
+
+async def test_raise_for_status_raises_httpx_http_status_error(base_url: str) -> None:
+    async with get("httpx", f"{base_url}/fail?token={QUERY_SECRET}") as response:
+        with pytest.raises(httpx.HTTPStatusError) as raised:
+            await raise_for_status(response)
+
+    error: Any = raised.value
+    assert error.response.status_code == 500
+    assert isinstance(error.failure, ModelFailure)
+    assert error.failure.event_id == FAILURE_ID
+    assert error.__cause__ is error.failure
+    assert error.content == response.content
+    assert QUERY_SECRET not in str(error)
+    assert "?" not in str(error)
+
+
+async def test_raise_for_status_carries_a_failure_built_for_a_reply_without_a_report(
+    client: ClientName, base_url: str
+) -> None:
+    async with get(client, f"{base_url}/plain/404") as response:
+        with pytest.raises(Exception) as raised:  # noqa: PT011 (the type depends on the client)
+            await raise_for_status(response, boundary="resources_server")
+
+    error: Any = raised.value
+    assert error.failure.boundary is FailureBoundary.RESOURCES_SERVER
+    assert error.failure.http_status == 404
+    assert error.content == LONG_BODY.encode()
+
+
+async def test_raise_for_status_returns_on_2xx_and_observes_the_report(
+    client: ClientName, base_url: str
+) -> None:
+    with RequestFailureLog.capture() as log:
+        async with get(client, f"{base_url}/ok") as response:
+            await raise_for_status(response)
+
+    assert list(log.report.events) == [OBSERVED_ID]
+
+
+# --- map_transport_errors -----------------------------------------------------------------------
+
+
+async def fetch_mapped(client: ClientName, url: str, *, read_timeout: float) -> None:
+    with map_transport_errors("model", method="GET", url=url):
+        async with get(client, url, read_timeout=read_timeout) as response:
+            if isinstance(response, aiohttp.ClientResponse):
+                await response.read()
+
+
+async def transport_failure(client: ClientName, url: str, *, read_timeout: float = 10.0) -> NgFailureEvent:
+    with pytest.raises(NgFailureEvent) as raised:
+        await fetch_mapped(client, url, read_timeout=read_timeout)
+    return raised.value
+
+
+ORIGINAL_ERRORS: dict[tuple[ClientName, str], type[Exception]] = {
+    ("aiohttp", "refused"): aiohttp.ClientConnectorError,
+    ("httpx", "refused"): httpx.ConnectError,
+    ("aiohttp", "drop"): aiohttp.ClientPayloadError,
+    ("httpx", "drop"): httpx.RemoteProtocolError,
+    ("aiohttp", "timeout"): aiohttp.ServerTimeoutError,
+    ("httpx", "timeout"): httpx.ReadTimeout,
+    ("aiohttp", "dns"): aiohttp.ClientConnectorError,
+    ("httpx", "dns"): httpx.ConnectError,
+}
+
+
+def assert_mapped(failure: NgFailureEvent, kind: str, delivery: str, original: type[Exception]) -> None:
+    assert failure.failure_kind == kind
+    assert type(failure) is ModelFailure
+    assert failure.http_details is not None
+    assert failure.http_details.delivery == delivery
+    assert isinstance(failure.__cause__, original)
+    assert failure.exception_type is not None
+    assert QUERY_SECRET not in failure.failure_reason
+    assert "?" not in failure.failure_reason
+
+
+async def test_connection_refused_is_transport_unreachable_not_sent(client: ClientName) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1/responses?key={QUERY_SECRET}"
+    failure = await transport_failure(client, url)
+
+    assert_mapped(failure, TRANSPORT_UNREACHABLE, "not_sent", ORIGINAL_ERRORS[client, "refused"])
+
+
+async def test_a_connection_closed_mid_reply_is_transport_peer_drop(
+    client: ClientName, base_url: str
+) -> None:
+    failure = await transport_failure(client, f"{base_url}/drop/x?key={QUERY_SECRET}")
+
+    assert_mapped(failure, TRANSPORT_PEER_DROP, "unknown", ORIGINAL_ERRORS[client, "drop"])
+
+
+async def test_a_read_timeout_is_transport_timeout(client: ClientName, base_url: str) -> None:
+    failure = await transport_failure(client, f"{base_url}/hang/x?key={QUERY_SECRET}", read_timeout=0.2)
+
+    assert_mapped(failure, TRANSPORT_TIMEOUT, "unknown", ORIGINAL_ERRORS[client, "timeout"])
+
+
+async def test_a_dns_failure_is_transport_unreachable(client: ClientName) -> None:
+    failure = await transport_failure(client, f"http://gym-failures-test.invalid/v1?key={QUERY_SECRET}")
+
+    assert_mapped(failure, TRANSPORT_UNREACHABLE, "not_sent", ORIGINAL_ERRORS[client, "dns"])
+
+
+async def test_map_transport_errors_passes_other_exceptions_and_gym_failures_through() -> None:
+    failure = ModelFailure(failure_kind=MODEL_SERVER_ERROR)
+    with pytest.raises(ModelFailure) as raised, map_transport_errors("model"):
+        raise failure
+    assert raised.value is failure
+    with pytest.raises(KeyError), map_transport_errors("model"):
+        raise KeyError("not transport")
