@@ -1,0 +1,48 @@
+"""Collection: dispatch rollouts to an agent server and save each attempt's outcome beside its failure report.
+
+The collector needs the `aiohttp` extra; the row reader and writer do not, so `_run` is imported on
+first use of its names, and reading rows (the gate, the command line) works without aiohttp. See
+`gym_failures.collection._rows` for the row contract and `gym_failures.collection._run` for the
+protocol, retries and resume.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from gym_failures.collection._rows import (
+    LEGACY_CLASS,
+    LEGACY_TERMINAL,
+    JsonlScan,
+    RowWriter,
+    normalized,
+    read_rows,
+    repair_torn_tail,
+    rollout_id,
+)
+
+if TYPE_CHECKING:
+    from gym_failures.collection._run import CollectionConfig, CollectionSummary, Collector, collect
+
+__all__ = [
+    "LEGACY_CLASS",
+    "LEGACY_TERMINAL",
+    "CollectionConfig",
+    "CollectionSummary",
+    "Collector",
+    "JsonlScan",
+    "RowWriter",
+    "collect",
+    "normalized",
+    "read_rows",
+    "repair_torn_tail",
+    "rollout_id",
+]
+
+_RUN_NAMES = frozenset({"CollectionConfig", "CollectionSummary", "Collector", "collect"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RUN_NAMES:
+        from gym_failures.collection import _run
+
+        return getattr(_run, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

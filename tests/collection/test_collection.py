@@ -1,0 +1,336 @@
+"""Collection against a real agent server process that fails in planned ways."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gym_failures.collection import (
+    CollectionConfig,
+    JsonlScan,
+    collect,
+    read_rows,
+    repair_torn_tail,
+)
+from gym_failures.failure_kinds import (
+    AGENT_RUN_ERROR,
+    COLLECTION_RESUME_REFUSED,
+    ENVIRONMENT_PROTOCOL_VIOLATION,
+    MODEL_SERVER_ERROR,
+    TRANSPORT_PEER_DROP,
+    TRANSPORT_TIMEOUT,
+    TRANSPORT_UNREACHABLE,
+)
+from gym_failures.failure_records import FailureBoundary
+from gym_failures.failure_transport import FailureReportRow
+from gym_failures.failures import CollectionFailure
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_listening(port: int, process: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on {port}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def agent_url() -> Iterator[str]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.collection.agent_app", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_listening(port, process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        _stop(process)
+
+
+def _tasks(path: Path, tasks: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(task) + "\n" for task in tasks))
+    return path
+
+
+def _config(tmp_path: Path, agent_url: str, tasks: list[dict[str, Any]], **options: Any) -> CollectionConfig:
+    return CollectionConfig(
+        input_path=_tasks(tmp_path / "tasks.jsonl", tasks),
+        output_path=tmp_path / "out" / "rollouts.jsonl",
+        agent_url=agent_url,
+        **options,
+    )
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return list(read_rows(path))
+
+
+def _outcomes(config: CollectionConfig) -> dict[str, list[dict[str, Any]]]:
+    """Every rollout's final outcomes (a success row, or a final failure row)."""
+    outcomes: dict[str, list[dict[str, Any]]] = {}
+    for row in _rows(config.output_path) + _rows(config.failures_path):
+        if "failure" not in row or row["final"]:
+            outcomes.setdefault(row["rollout_id"], []).append(row)
+    return outcomes
+
+
+async def test_a_success_row_keeps_its_result_and_recovered_observations(
+    tmp_path: Path, agent_url: str
+) -> None:
+    config = _config(tmp_path, agent_url, [{"id": "t0", "mode": "ok"}], num_repeats=2)
+    summary = await collect(config)
+    rows = sorted(_rows(config.output_path), key=lambda row: str(row["rollout_id"]))
+    assert summary.succeeded == 2
+    assert [(row["rollout_id"], row["attempt"], row["task_id"]) for row in rows] == [
+        ("0:0", 1, "t0"),
+        ("0:1", 1, "t0"),
+    ]
+    report = FailureReportRow.report(rows[0])
+    assert rows[0]["reward"] == 1.0
+    assert report.failure_id is None
+    assert [event.failure_kind for event in report.events.values()] == [MODEL_SERVER_ERROR]
+
+
+async def test_a_terminal_failure_is_never_retried(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "terminal"}])
+    await collect(config)
+    (row,) = _rows(config.failures_path)
+    assert (row["attempt"], row["final"], row["final_reason"]) == (1, True, "terminal")
+    assert "reward" not in row
+    report = FailureReportRow.report(row)
+    assert report.failure_id is not None
+    root = report.events[report.failure_id]
+    assert root.failure_kind == AGENT_RUN_ERROR
+    assert root.cause_id is not None
+    assert report.events[root.cause_id].boundary is FailureBoundary.SANDBOX
+
+
+async def test_a_failure_is_retried_until_it_recovers(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "retry_then_ok"}])
+    await collect(config)
+    (failure,) = _rows(config.failures_path)
+    (success,) = _rows(config.output_path)
+    assert (failure["attempt"], failure["final"], failure["final_reason"]) == (1, False, None)
+    assert success["attempt"] == 2
+
+
+async def test_an_exhausted_attempt_budget_is_final_and_visible(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "always_fail"}], max_attempts=3)
+    summary = await collect(config)
+    rows = _rows(config.failures_path)
+    assert [row["attempt"] for row in rows] == [1, 2, 3]
+    assert [row["final"] for row in rows] == [False, False, True]
+    assert rows[-1]["final_reason"] == "attempt_budget_exhausted"
+    assert summary.failed_final == 1
+
+
+async def test_a_failed_reply_is_saved_with_the_agents_rebuilt_failure(
+    tmp_path: Path, agent_url: str
+) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "raise"}], max_attempts=1)
+    await collect(config)
+    (row,) = _rows(config.failures_path)
+    report = FailureReportRow.report(row)
+    assert report.failure_id is not None
+    assert report.events[report.failure_id].failure_kind == MODEL_SERVER_ERROR
+    assert row["failure"]["failure_kind"] == MODEL_SERVER_ERROR
+
+
+async def test_a_2xx_reply_that_is_no_episode_response_is_a_protocol_violation(
+    tmp_path: Path, agent_url: str
+) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "garbage"}], max_attempts=1)
+    await collect(config)
+    (row,) = _rows(config.failures_path)
+    report = FailureReportRow.report(row)
+    assert report.failure_id is not None
+    event = report.events[report.failure_id]
+    assert (event.boundary, event.failure_kind) == (
+        FailureBoundary.COLLECTION,
+        ENVIRONMENT_PROTOCOL_VIOLATION,
+    )
+
+
+async def test_an_unreachable_agent_is_the_collectors_own_transport_failure(tmp_path: Path) -> None:
+    config = _config(tmp_path, f"http://127.0.0.1:{_free_port()}", [{"mode": "ok"}], max_attempts=2)
+    await collect(config)
+    rows = _rows(config.failures_path)
+    assert len(rows) == 2
+    report = FailureReportRow.report(rows[-1])
+    assert report.failure_id is not None
+    event = report.events[report.failure_id]
+    assert (event.boundary, event.failure_kind) == (FailureBoundary.COLLECTION, TRANSPORT_UNREACHABLE)
+    assert event.exception_type is not None
+
+
+async def test_a_reply_that_never_arrives_is_a_transport_timeout(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "ok", "sleep": 2}], max_attempts=1, timeout_s=0.3)
+    await collect(config)
+    (row,) = _rows(config.failures_path)
+    assert row["failure"]["failure_kind"] == TRANSPORT_TIMEOUT
+
+
+async def test_a_dropped_connection_is_a_peer_drop(tmp_path: Path) -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        writer.transport.abort()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        config = _config(tmp_path, f"http://127.0.0.1:{port}", [{"mode": "ok"}], max_attempts=1)
+        await collect(config)
+    (row,) = _rows(config.failures_path)
+    assert row["failure"]["failure_kind"] == TRANSPORT_PEER_DROP
+
+
+async def test_resume_dispatches_only_rollouts_without_a_final_outcome(
+    tmp_path: Path, agent_url: str
+) -> None:
+    tasks = [{"mode": "ok"}, {"mode": "terminal"}, {"mode": "ok"}]
+    config = _config(tmp_path, agent_url, tasks)
+    await collect(config)
+    again = await collect(config)
+    assert (again.expected, again.already_done, again.attempts) == (3, 3, 0)
+    assert sum(len(rows) for rows in _outcomes(config).values()) == 3
+
+
+async def test_resume_of_a_different_input_is_refused(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "ok"}])
+    await collect(config)
+    _tasks(config.input_path, [{"mode": "ok"}, {"mode": "ok"}])
+    with pytest.raises(CollectionFailure) as refused:
+        await collect(config)
+    assert refused.value.failure_kind == COLLECTION_RESUME_REFUSED
+    forced = await collect(config.model_copy(update={"force_resume": True}))
+    assert forced.attempts == 1
+
+
+async def test_the_manifest_holds_no_endpoint(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "ok"}])
+    await collect(config)
+    manifest = config.manifest_path.read_text()
+    assert "127.0.0.1" not in manifest
+    assert "input_sha256" in manifest
+
+
+async def test_a_torn_last_line_is_reported_skipped_and_cut(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "ok"}, {"mode": "ok"}])
+    await collect(config)
+    lines = config.output_path.read_bytes().splitlines(keepends=True)
+    # Keep the first row, tear the second as a crash mid-append would.
+    config.output_path.write_bytes(lines[0] + lines[1][:10])
+    scan = JsonlScan(config.output_path)
+    assert len(list(read_rows(config.output_path, scan))) == 1
+    assert scan.torn_tail == lines[1][:10]
+    summary = await collect(config)
+    assert (summary.torn_lines, summary.attempts) == (1, 1)
+    assert Path(f"{config.output_path}.torn").read_bytes() == lines[1][:10] + b"\n"
+    assert len(_rows(config.output_path)) == 2
+
+
+def test_repairing_a_file_without_a_torn_line_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"a": 1}\n')
+    assert repair_torn_tail(path) is None
+    assert path.read_bytes() == b'{"a": 1}\n'
+
+
+async def test_a_legacy_sidecar_row_counts_as_a_final_outcome(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "ok"}, {"mode": "ok"}])
+    config.output_path.parent.mkdir(parents=True)
+    legacy = {
+        "task_index": 1,
+        "rollout_index": 0,
+        "_ng_failure_class": "judge_invalid",
+        "_ng_failure_terminal": True,
+    }
+    config.failures_path.write_text(json.dumps(legacy) + "\n")
+    summary = await collect(config.model_copy(update={"force_resume": True}))
+    assert (summary.already_done, summary.attempts) == (1, 1)
+    (row,) = _rows(config.failures_path)
+    assert row["failure"] == {"failure_kind": "judge_invalid", "failure_reason": "", "terminal": True}
+
+
+_COLLECT_SCRIPT = """
+import asyncio, sys
+from pathlib import Path
+from gym_failures.collection import CollectionConfig, collect
+asyncio.run(collect(CollectionConfig(
+    input_path=Path(sys.argv[1]), output_path=Path(sys.argv[2]), agent_url=sys.argv[3],
+    concurrency=4, max_attempts=3)))
+"""
+
+
+async def test_a_collector_killed_mid_run_resumes_without_loss_or_duplicates(
+    tmp_path: Path, agent_url: str
+) -> None:
+    tasks = [{"mode": ("retry_then_ok", "always_fail", "ok")[i % 3], "sleep": 0.05} for i in range(60)]
+    config = _config(tmp_path, agent_url, tasks)
+    process = subprocess.Popen(
+        [sys.executable, "-c", _COLLECT_SCRIPT, str(config.input_path), str(config.output_path), agent_url],
+        cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            written = sum(len(_rows(path)) for path in (config.output_path, config.failures_path))
+            if written >= 25:
+                break
+            await asyncio.sleep(0.02)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    finally:
+        _stop(process)
+    assert process.returncode == -signal.SIGKILL
+    before = _rows(config.output_path) + _rows(config.failures_path)
+    assert 25 <= len(before) < 60 + 40, "the kill must land mid-run"
+    await collect(config)
+    rows = _rows(config.output_path) + _rows(config.failures_path)
+    keys = [(row["rollout_id"], row["attempt"]) for row in rows]
+    assert len(keys) == len(set(keys)), "no attempt is saved twice"
+    assert all(row in rows for row in before), "no row is lost"
+    outcomes = _outcomes(config)
+    assert len(outcomes) == 60
+    assert all(len(final) == 1 for final in outcomes.values()), "exactly one final outcome each"
+    by_rollout: dict[str, list[int]] = {}
+    for rollout, attempt in keys:
+        by_rollout.setdefault(rollout, []).append(attempt)
+    assert all(sorted(attempts) == list(range(1, len(attempts) + 1)) for attempts in by_rollout.values())

@@ -1,0 +1,393 @@
+"""The `gym-failures` command line, in process (typer's CliRunner) and once as a real console script."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from gym_failures.cli import app
+from gym_failures.failure_transport import FailureReportRow
+from gym_failures.failures import AgentFailure, ModelFailure
+from tests.saved_rows import (
+    context_limit,
+    failure_row,
+    legacy_failure_row,
+    model_503_chain,
+    oom_chain,
+    quota_chain,
+    responses_object,
+    success_row,
+    write_jsonl,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+TORN = b'{"rollout_id": "9:0", "attem'
+
+
+def _invoke(*args: str | Path) -> Result:
+    return CliRunner().invoke(app, [str(arg) for arg in args], catch_exceptions=False)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    """A small run: 3 scored, 1 truncated, a 503 chain retried then final, an OOM, a context limit,
+    a quota failure and a legacy judge failure; an invalid line and a torn last line."""
+    successes = [success_row(f"{index}:0") for index in range(3)]
+    successes.append(
+        success_row(
+            "3:0", response=responses_object(status="incomplete", incomplete_reason="max_output_tokens")
+        )
+    )
+    failures = [
+        failure_row(model_503_chain(), "4:0", attempt=1, final=False),
+        failure_row(model_503_chain(), "4:0", attempt=2, final=True),
+        failure_row(oom_chain(), "5:0"),
+        failure_row(context_limit(), "6:0"),
+        failure_row(quota_chain(), "7:0"),
+        legacy_failure_row("judge_failed", terminal=True, task=8),
+    ]
+    write_jsonl(tmp_path / "out.jsonl", successes, tail=b"not json\n")
+    write_jsonl(tmp_path / "out_failures.jsonl", failures, tail=TORN)
+    return tmp_path
+
+
+# --- summarize ---------------------------------------------------------------------------------
+
+
+def test_summarize_json_counts_failures_by_class_and_kind(run_dir: Path) -> None:
+    result = _invoke("summarize", run_dir, "--json")
+    summary = json.loads(result.stdout)
+    assert (summary["success_rows"], summary["failure_rows"], summary["final_failure_rows"]) == (4, 6, 5)
+    assert {group["value"]: group["count"] for group in summary["by_class"]} == {"evaluation": 5, "model": 1}
+    assert {kind["value"]: (kind["failure_class"], kind["count"]) for kind in summary["by_kind"]} == {
+        "agent_request_failed": ("evaluation", 2),
+        "judge_failed": ("evaluation", 2),
+        "environment_episode_failed": ("evaluation", 1),
+        "model_context_limit": ("model", 1),
+    }
+
+
+def test_summarize_json_gives_shares_of_failure_rows(run_dir: Path) -> None:
+    summary = json.loads(_invoke("summarize", run_dir, "--json").stdout)
+    shares = {group["value"]: group["share"] for group in summary["by_class"]}
+    assert shares == {"evaluation": pytest.approx(5 / 6, abs=1e-6), "model": pytest.approx(1 / 6, abs=1e-6)}
+
+
+def test_summarize_json_lists_quota_reset_times(run_dir: Path) -> None:
+    summary = json.loads(_invoke("summarize", run_dir, "--json").stdout)
+    assert summary["quota_resets"] == [{"resets_at": "2026-07-01 00:00 UTC", "events": 1}]
+
+
+def test_summarize_prints_tables_with_kinds_classes_counts_and_shares(run_dir: Path) -> None:
+    result = _invoke("summarize", run_dir)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    kind_line = next(line for line in lines if "model_context_limit" in line)
+    assert [cell.strip() for cell in kind_line.split("│")[1:6]] == [
+        "model_context_limit",
+        "model",
+        "1",
+        "1",
+        "16.7%",
+    ]
+    assert "Failures by boundary" in result.stdout
+    assert "Most common reasons" in result.stdout
+    assert "2026-07-01 00:00 UTC" in result.stdout
+
+
+def test_summarize_reports_the_torn_last_line_and_counts_the_invalid_one(run_dir: Path) -> None:
+    result = _invoke("summarize", run_dir)
+    assert f"out_failures.jsonl: torn last line ({len(TORN)} bytes) skipped" in result.stdout
+    assert "1 other lines" in result.stdout
+
+
+def test_summarize_writes_a_self_contained_html_report(run_dir: Path, tmp_path: Path) -> None:
+    report = tmp_path / "report.html"
+    _invoke("summarize", run_dir / "out.jsonl", run_dir / "out_failures.jsonl", "--html", report)
+    page = report.read_text()
+    assert page.count("<svg") == 3
+    assert "judge_failed" in page
+
+
+def test_summarize_refuses_a_path_that_does_not_exist(tmp_path: Path) -> None:
+    result = _invoke("summarize", tmp_path / "absent.jsonl")
+    assert result.exit_code == 2
+    assert "does not exist" in result.stderr
+
+
+def test_summarize_survives_a_file_of_nothing_but_bad_lines(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b'\x00\xff garbage\n{"failure": [1, \n]]]\n' + TORN)
+    summary = json.loads(_invoke("summarize", path, "--json").stdout)
+    assert (summary["rows"], summary["failure_rows"]) == (3, 0)
+
+
+def test_the_console_script_prints_the_summary_as_json(run_dir: Path) -> None:
+    completed = subprocess.run(
+        [str(Path(sys.executable).parent / "gym-failures"), "summarize", str(run_dir), "--json"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    summary = json.loads(completed.stdout)
+    assert summary["failure_rows"] == 6
+    assert summary["torn_tails"][0]["bytes"] == len(TORN)
+
+
+# --- explain -----------------------------------------------------------------------------------
+
+
+def test_explain_shows_the_cause_tree_with_ids_and_boundaries(tmp_path: Path) -> None:
+    failure = model_503_chain()
+    path = write_jsonl(tmp_path / "f.jsonl", [failure_row(failure, "4:0", attempt=2)])
+    events = failure.failure_report().events
+    output = _invoke("explain", path, "--row", "0").stdout
+    lines = output.splitlines()
+    assert "rollout 4:0 · attempt 2 · failure · final (attempt_budget_exhausted)" in lines[0]
+    root = next(index for index, line in enumerate(lines) if "✖ [agent] agent_request_failed" in line)
+    cause = next(index for index, line in enumerate(lines) if "caused by [model] model_server_error" in line)
+    deepest = next(index for index, line in enumerate(lines) if "caused by [model] transport_timeout" in line)
+    assert root < cause < deepest
+    assert "http=503" in lines[cause]
+    for event_id in events:
+        assert f"id={event_id}" in output
+
+
+def test_explain_lists_events_outside_the_failure_chain_as_observations(tmp_path: Path) -> None:
+    row = failure_row(context_limit(), "0:0")
+    row = FailureReportRow.merged_into(row, oom_chain().failure_report())
+    output = _invoke("explain", write_jsonl(tmp_path / "f.jsonl", [row]), "--row", "0").stdout
+    observations = output.index("other observations")
+    assert output.index("✖ [agent] model_context_limit") < observations
+    assert output.index("[environment] environment_episode_failed") > observations
+
+
+def test_explain_marks_an_omitted_report(tmp_path: Path) -> None:
+    failure = model_503_chain()
+    report = failure.failure_report().model_copy(update={"omitted": True})
+    row = {**failure_row(failure), **FailureReportRow.fields(report)}
+    output = _invoke("explain", write_jsonl(tmp_path / "f.jsonl", [row]), "--row", "0").stdout
+    assert "[omitted] this report lost events on the way" in output
+    assert "[omitted] causes may have been lost on the way" in output
+
+
+def test_explain_marks_an_invalid_saved_report_as_omitted(tmp_path: Path) -> None:
+    row = {**failure_row(oom_chain()), FailureReportRow.EVENTS: "garbage"}
+    result = _invoke("explain", write_jsonl(tmp_path / "f.jsonl", [row]), "--row", "0", "--json")
+    (explanation,) = json.loads(result.stdout)
+    assert (explanation["omitted"], explanation["tree"]) == (True, None)
+
+
+def test_explain_shows_an_unregistered_kind_as_saved(tmp_path: Path) -> None:
+    row = failure_row(AgentFailure(failure_kind="agent_run_error"))
+    event = row[FailureReportRow.EVENTS][row[FailureReportRow.FAILURE_ID]]
+    event["failure_kind"] = "kind_from_a_newer_peer"
+    output = _invoke("explain", write_jsonl(tmp_path / "f.jsonl", [row]), "--row", "0").stdout
+    assert "✖ [agent] unregistered:kind_from_a_newer_peer" in output
+
+
+def test_explain_json_nests_each_cause_under_its_effect(tmp_path: Path) -> None:
+    failure = model_503_chain()
+    path = write_jsonl(tmp_path / "f.jsonl", [failure_row(failure)])
+    (explanation,) = json.loads(_invoke("explain", path, "--row", "0", "--json").stdout)
+    tree = explanation["tree"]
+    chain = []
+    while tree is not None:
+        chain.append((tree["event"]["boundary"], tree["event"]["failure_kind"]))
+        tree = tree["cause"]
+    assert chain == [
+        ("agent", "agent_request_failed"),
+        ("model", "model_server_error"),
+        ("model", "transport_timeout"),
+    ]
+    assert explanation["failure_id"] == failure.event_id
+
+
+def test_explain_by_rollout_shows_every_attempt_in_order(run_dir: Path) -> None:
+    explanations = json.loads(_invoke("explain", run_dir, "--rollout", "4:0", "--json").stdout)
+    assert [(item["attempt"], item["final"]) for item in explanations] == [(1, False), (2, True)]
+
+
+def test_explain_by_rollout_finds_a_legacy_row(run_dir: Path) -> None:
+    output = _invoke("explain", run_dir, "--rollout", "8:0").stdout
+    assert "episode failure: judge_failed" in output
+    assert "no failure event saved for this row" in output
+
+
+def test_explain_row_numbers_count_invalid_lines(run_dir: Path) -> None:
+    output = _invoke("explain", run_dir / "out.jsonl", "--row", "4").stdout
+    assert "out.jsonl:4" in output
+    assert "invalid line: not JSON" in output
+
+
+def test_explain_says_a_torn_last_line_is_no_row(run_dir: Path) -> None:
+    result = _invoke("explain", run_dir / "out_failures.jsonl", "--row", "6")
+    assert result.exit_code == 0
+    assert "torn line: the last line is unterminated" in result.stdout
+
+
+def test_explain_past_the_last_line_exits_1(run_dir: Path) -> None:
+    result = _invoke("explain", run_dir / "out.jsonl", "--row", "50")
+    assert result.exit_code == 1
+    assert "has no line 50" in result.stderr
+
+
+def test_explain_an_unknown_rollout_exits_1(run_dir: Path) -> None:
+    assert _invoke("explain", run_dir, "--rollout", "99:0").exit_code == 1
+
+
+@pytest.mark.parametrize("options", [[], ["--row", "0", "--rollout", "0:0"]], ids=["neither", "both"])
+def test_explain_needs_exactly_one_of_row_or_rollout(run_dir: Path, options: list[str]) -> None:
+    result = _invoke("explain", run_dir / "out.jsonl", *options)
+    assert result.exit_code == 2
+    assert "exactly one of --row or --rollout" in result.stderr
+
+
+def test_explain_by_row_needs_one_file(run_dir: Path) -> None:
+    assert _invoke("explain", run_dir, "--row", "0").exit_code == 2
+
+
+# --- gate --------------------------------------------------------------------------------------
+
+
+def test_gate_prints_coverage_and_the_scored_line_and_fails_a_dirty_run(run_dir: Path) -> None:
+    result = _invoke("gate", run_dir)
+    assert result.exit_code == 1
+    assert "3 of 9 scored" in result.stdout
+    assert "FAILED" in result.stdout
+    assert "evaluation-side share 44.44% is above the maximum 2.00%" in result.stdout
+
+
+def test_gate_json_gives_the_coverage_by_class(run_dir: Path) -> None:
+    verdict = json.loads(_invoke("gate", run_dir, "--json").stdout)
+    coverage = verdict["coverage"]
+    assert verdict["passed"] is False
+    assert coverage["failed"] == {"model": 1, "evaluation": 4, "unknown": 0}
+    assert coverage["gate_derived"] == {"model": 1, "evaluation": 0, "unknown": 0}
+    assert (coverage["scored"], coverage["expected"], coverage["missing"]) == (3, 9, 0)
+    assert (coverage["retried_attempts"], coverage["invalid_lines"], coverage["torn_tails"]) == (1, 1, 1)
+    assert coverage["line"] == "3 of 9 scored"
+
+
+def test_gate_passes_a_clean_run_with_exit_0(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "out.jsonl", [success_row(f"{index}:0") for index in range(20)])
+    result = _invoke("gate", tmp_path)
+    assert result.exit_code == 0
+    assert "20 of 20 scored" in result.stdout
+    assert "PASSED" in result.stdout
+
+
+def test_gate_counts_expected_rollouts_without_rows_as_missing(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "out.jsonl", [success_row(f"{index}:0") for index in range(20)])
+    result = _invoke("gate", tmp_path, "--expected", "22", "--min-scored-share", "0.9")
+    assert result.exit_code == 1
+    assert "2 rollouts missing (maximum 0)" in result.stdout
+
+
+def test_gate_thresholds_from_options_decide_the_verdict(tmp_path: Path) -> None:
+    rows: list[dict[str, Any]] = [success_row(f"{index}:0") for index in range(9)]
+    rows.append(failure_row(oom_chain(), "9:0"))
+    write_jsonl(tmp_path / "out.jsonl", rows)
+    assert _invoke("gate", tmp_path).exit_code == 1
+    loose = ["--min-scored-share", "0.9", "--max-evaluation-share", "0.1"]
+    assert _invoke("gate", tmp_path, *loose).exit_code == 0
+
+
+def test_gate_refuses_a_share_above_one_with_exit_2(run_dir: Path) -> None:
+    result = _invoke("gate", run_dir, "--max-evaluation-share", "1.5")
+    assert result.exit_code == 2
+
+
+def test_gate_on_a_file_of_bad_lines_fails_without_crashing(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"garbage\n[]\n" + TORN)
+    result = _invoke("gate", path, "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["reasons"] == ["no rollouts expected or seen"]
+
+
+# --- collect -----------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def agent_url() -> Iterator[str]:
+    """The collection tests' agent server (`tests.collection.agent_app`), as a real process."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.collection.agent_app", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the agent server did not start")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_collect_saves_rows_and_prints_the_summary(tmp_path: Path, agent_url: str) -> None:
+    tasks = write_jsonl(
+        tmp_path / "tasks.jsonl", [{"id": "a", "mode": "ok"}, {"id": "b", "mode": "terminal"}]
+    )
+    output = tmp_path / "run" / "rollouts.jsonl"
+    result = _invoke(
+        "collect", tasks, "--agent-url", agent_url, "--output", output, "--num-repeats", "2", "--json"
+    )
+    figures = json.loads(result.stdout)
+    assert (figures["expected"], figures["succeeded"], figures["failed_final"]) == (4, 2, 2)
+    assert len(output.read_text().splitlines()) == 2
+    assert len((tmp_path / "run" / "rollouts_failures.jsonl").read_text().splitlines()) == 2
+
+
+def test_collect_exits_2_with_the_reason_when_a_resume_is_refused(tmp_path: Path, agent_url: str) -> None:
+    output = tmp_path / "run" / "rollouts.jsonl"
+    first = write_jsonl(tmp_path / "first.jsonl", [{"mode": "ok"}])
+    _invoke("collect", first, "--agent-url", agent_url, "--output", output)
+    other = write_jsonl(tmp_path / "other.jsonl", [{"mode": "terminal"}])
+    result = _invoke("collect", other, "--agent-url", agent_url, "--output", output)
+    assert result.exit_code == 2
+    assert "collected from a different input or num_repeats" in result.stderr
+
+
+def test_collect_output_then_gate_sees_every_rollout(tmp_path: Path, agent_url: str) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"mode": "ok"}, {"mode": "always_fail"}])
+    output = tmp_path / "run" / "rollouts.jsonl"
+    _invoke("collect", tasks, "--agent-url", agent_url, "--output", output, "--max-attempts", "2")
+    verdict = json.loads(_invoke("gate", tmp_path / "run", "--json").stdout)
+    # The agent's results carry a reward only: no verification, so the gate reads no verdict.
+    assert verdict["coverage"]["gate_derived_by_kind"] == {"grading_without_verdict": 1}
+    assert (verdict["coverage"]["failed"]["evaluation"], verdict["coverage"]["retried_attempts"]) == (1, 1)
+
+
+def test_a_429_failure_event_is_evaluation_side_in_summarize_and_gate(tmp_path: Path) -> None:
+    failure = ModelFailure(failure_kind="model_request_error", stage="agent", http_status=429)
+    path = write_jsonl(tmp_path / "f.jsonl", [failure_row(failure)])
+    summary = json.loads(_invoke("summarize", path, "--json").stdout)
+    verdict = json.loads(_invoke("gate", path, "--json").stdout)
+    assert summary["by_class"][0]["value"] == "evaluation"
+    assert verdict["coverage"]["failed"]["evaluation"] == 1
