@@ -1,0 +1,52 @@
+"""A small local gym with fault injection: three servers, a fault plan, and a launcher that collects.
+
+    python -m gym_failures.demo                    # about 200 rollouts at concurrency 16
+    python -m gym_failures.demo --rollouts 40 --fault-plan my_plan.json --seed 7
+
+`run_demo` starts three servers, each its own process on a free loopback port and each wrapped in
+`FailureReportMiddleware`:
+
+- the model server (`gym_failures.demo.model_server`): an OpenAI Responses-compatible
+  `POST /v1/responses`, plain and streamed, serving a deterministic scripted policy for arithmetic
+  tasks (no GPU, no network) and a scripted judge;
+- the resources server (`gym_failures.demo.resources_server`): `seed_session`, `verify` (answer
+  extraction and a judge call) and a sandbox that runs the policy's commands as real subprocesses
+  under real limits (RLIMIT_AS, a wall-time kill of the process group);
+- the agent server (`gym_failures.demo.agent_server`): `POST /run`, a short tool-use loop against both.
+
+It then runs `gym_failures.collection.collect` against the agent and returns the run directory
+(`out_dir/<UTC timestamp>/`; see `gym_failures.demo.launcher` for its files). The fault plan
+(`gym_failures.demo._plan` documents the schema; the default is `default_fault_plan.json` in this
+package) injects model 5xx and 429s, dropped connections, cut streams, a slow policy, sandbox OOMs and
+timeouts, verifier exceptions, unparseable judge replies and empty or truncated answers, each logged
+in `injected_faults.jsonl` beside the rows.
+
+A real model instead of the scripted policy: any endpoint that serves the OpenAI Responses API
+(`POST <base>/responses` with function tools)::
+
+    export GYM_DEMO_MODEL_BASE_URL=https://api.openai.com/v1   # or http://localhost:8000/v1 (vLLM)
+    export GYM_DEMO_MODEL_NAME=gpt-4.1-mini
+    export GYM_DEMO_MODEL_API_KEY=...                          # else OPENAI_API_KEY; never a flag
+    python -m gym_failures.demo                                # or --model-base-url / --model-name
+
+The agent then sends the policy's calls there (model faults are injected only by the scripted model
+server, which still serves as the judge). The key is read from the agent's environment only, never
+written to a file. The sandbox runs only `python3 -c "print(<arithmetic>)"` commands: it bounds memory
+and time but is not an isolation boundary, and a real model's commands run as your user.
+
+Needs the `demo` extra (`pip install 'gym-failures[demo]'`: uvicorn, starlette, aiohttp) and Linux
+(RLIMIT_AS is what makes the sandbox's OOM real).
+"""
+
+from gym_failures.demo._plan import DEFAULT_FAULT_PLAN, FaultPlan, load_fault_plan
+
+try:
+    from gym_failures.demo.launcher import run_demo
+except ImportError as error:  # pragma: no cover - depends on what is installed
+    if error.name not in ("aiohttp", "starlette", "uvicorn"):
+        raise
+    raise ImportError(
+        f"gym_failures.demo needs {error.name}: pip install 'gym-failures[demo]'", name=error.name
+    ) from error
+
+__all__ = ["DEFAULT_FAULT_PLAN", "FaultPlan", "load_fault_plan", "run_demo"]

@@ -1,0 +1,609 @@
+"""The demo gym end to end: real servers, real faults, and the rows the collector saved about them.
+
+One reduced run (40 rollouts, a plan with high rates, a fixed seed) is shared by the checks of what it
+wrote. The faults each server injected (`injected_faults.jsonl`) are the ground truth; the rows must
+show every one of them under the right kind, boundary, stage and class, and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from gym_failures.collection import read_rows
+from gym_failures.demo import FaultPlan, launcher, load_fault_plan, run_demo
+from gym_failures.demo._plan import draw
+from gym_failures.demo._responses import SseDecoder, extract_final_answer, message_text, output_text
+from gym_failures.demo._serve import DemoConfig
+from gym_failures.demo.launcher import with_policy_timeout
+from gym_failures.demo.model_server import scripted_judge, scripted_policy
+from gym_failures.failure_kinds import (
+    EMPTY_ANSWER,
+    JUDGE_FAILED,
+    JUDGE_UNPARSEABLE,
+    MODEL_POLICY_RESPONSE_TIMEOUT,
+    MODEL_SERVER_ERROR,
+    MODEL_TRANSPORT_ERROR,
+    PROVIDER_COMMAND_TIMEOUT,
+    PROVIDER_OOM_KILLED,
+    PROVIDER_QUOTA_EXHAUSTED,
+    TRANSPORT_PEER_DROP,
+    TRUNCATED_ANSWER,
+    VERIFIER_ERROR,
+    FailureClass,
+    classify_failure,
+    quota_reset_text,
+)
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the sandbox needs Linux rlimits"
+)
+
+ROLLOUTS = 40
+SEED = 0
+
+# High rates, so that 40 rollouts meet every fault; with this seed each appears at least once. The
+# margins (2 s for a scripted reply, 3 s for `python3 -c`) keep a loaded machine from adding faults.
+HIGH_RATE_PLAN: dict[str, Any] = {
+    "model": {
+        "server_error": 0.08,
+        "rate_limit": 0.08,
+        "dropped_connection": 0.07,
+        "stream_cut": 0.1,
+        "slow_response": 0.05,
+        "empty_answer": 0.06,
+        "truncated_answer": 0.06,
+    },
+    "sandbox": {"oom": 0.2, "timeout": 0.12},
+    "resources_server": {"verifier_exception": 0.1, "judge_unparseable": 0.2},
+    "limits": {
+        "policy_timeout_s": 2.0,
+        "slow_response_s": 5.0,
+        "sandbox_memory_mib": 256,
+        "sandbox_wall_s": 3.0,
+    },
+}
+
+E = FailureClass.EVALUATION
+M = FailureClass.MODEL
+
+
+@dataclass(frozen=True)
+class Expected:
+    kind: str
+    boundary: str
+    stage: str
+    failure_class: FailureClass
+    ends_attempt: bool
+    """Whether the fault always ends its attempt (else a retry usually recovers from it)."""
+
+
+EXPECTED: dict[str, Expected] = {
+    "model.server_error": Expected(MODEL_SERVER_ERROR, "model", "agent", E, ends_attempt=False),
+    "model.rate_limit": Expected(PROVIDER_QUOTA_EXHAUSTED, "model", "agent", E, ends_attempt=False),
+    "model.dropped_connection": Expected(TRANSPORT_PEER_DROP, "model", "agent", E, ends_attempt=False),
+    "model.stream_cut": Expected(MODEL_TRANSPORT_ERROR, "model", "agent", E, ends_attempt=False),
+    "model.slow_response": Expected(MODEL_POLICY_RESPONSE_TIMEOUT, "model", "agent", M, ends_attempt=True),
+    "sandbox.oom": Expected(PROVIDER_OOM_KILLED, "sandbox", "agent", E, ends_attempt=True),
+    "sandbox.timeout": Expected(PROVIDER_COMMAND_TIMEOUT, "sandbox", "agent", E, ends_attempt=True),
+    "resources_server.verifier_exception": Expected(
+        VERIFIER_ERROR, "resources_server", "verification", E, ends_attempt=True
+    ),
+    "resources_server.judge_unparseable": Expected(
+        JUDGE_UNPARSEABLE, "resources_server", "verification", E, ends_attempt=True
+    ),
+}
+JUDGE_FAILURE_CAUSES = {MODEL_SERVER_ERROR, PROVIDER_QUOTA_EXHAUSTED, TRANSPORT_PEER_DROP}
+"""What a judge call can fail of (the model faults injected into judge calls): `judge_failed`."""
+ANSWER_FAULTS = {"model.empty_answer": EMPTY_ANSWER, "model.truncated_answer": TRUNCATED_ANSWER}
+TRANSIENT_KINDS = {expected.kind for expected in EXPECTED.values() if not expected.ends_attempt}
+
+
+@dataclass
+class Run:
+    path: Path
+    successes: list[dict[str, Any]]
+    failures: list[dict[str, Any]]
+    injected: list[dict[str, Any]]
+
+    def rows_of(self, rollout_id: str, attempt: int) -> list[dict[str, Any]]:
+        return [
+            row
+            for row in self.successes + self.failures
+            if row["rollout_id"] == rollout_id and row["attempt"] == attempt
+        ]
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    base = tmp_path_factory.mktemp("demo")
+    plan = base / "plan.json"
+    plan.write_text(json.dumps(HIGH_RATE_PLAN))
+    run_dir = run_demo(base / "runs", rollouts=ROLLOUTS, concurrency=16, fault_plan=plan, seed=SEED)
+    return Run(
+        path=run_dir,
+        successes=list(read_rows(run_dir / "rollouts.jsonl")),
+        failures=list(read_rows(run_dir / "rollouts_failures.jsonl")),
+        injected=[json.loads(line) for line in (run_dir / "injected_faults.jsonl").read_text().splitlines()],
+    )
+
+
+def _events(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    events: dict[str, dict[str, Any]] = row.get("_ng_failure_events") or {}
+    return events
+
+
+def _alive(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return False
+    return b"gym_failures.demo" in cmdline  # a reused pid is some other program
+
+
+# --- What the run wrote --------------------------------------------------------------------------
+
+
+def test_run_directory_holds_every_file(demo_run: Run) -> None:
+    names = {path.name for path in demo_run.path.iterdir()}
+    assert {
+        "tasks.jsonl",
+        "rollouts.jsonl",
+        "rollouts_failures.jsonl",
+        "rollouts.manifest.json",
+        "injected_faults.jsonl",
+        "model.log",
+        "resources.log",
+        "agent.log",
+        "servers.json",
+        "demo.json",
+    } <= names
+    assert len((demo_run.path / "tasks.jsonl").read_text().splitlines()) == ROLLOUTS
+
+
+def test_every_fault_of_the_plan_was_injected(demo_run: Run) -> None:
+    injected = {row["fault"] for row in demo_run.injected}
+    assert injected == set(FaultPlan.model_validate(HIGH_RATE_PLAN).fault_names())
+
+
+def test_every_rollout_has_exactly_one_final_outcome(demo_run: Run) -> None:
+    outcomes: Counter[str] = Counter()
+    attempts: defaultdict[str, list[int]] = defaultdict(list)
+    for row in demo_run.successes:
+        outcomes[row["rollout_id"]] += 1
+        attempts[row["rollout_id"]].append(row["attempt"])
+    for row in demo_run.failures:
+        outcomes[row["rollout_id"]] += row["final"] is True
+        attempts[row["rollout_id"]].append(row["attempt"])
+    assert outcomes == Counter({f"{index}:0": 1 for index in range(ROLLOUTS)})
+    for rollout_id, numbers in attempts.items():
+        assert sorted(numbers) == list(range(1, len(numbers) + 1)), rollout_id
+
+
+def test_failure_rows_have_no_reward_and_successes_hold_no_failure(demo_run: Run) -> None:
+    assert demo_run.failures, "the plan's faults must end some attempts"
+    assert all("reward" not in row and "result" not in row for row in demo_run.failures)
+    for row in demo_run.successes:
+        assert row["reward"] in (0.0, 1.0)
+        assert row["result"]["verification"]["verdict"] in ("correct", "incorrect")
+        # A success keeps only what its retries recovered from, never a failure of its own.
+        assert row.get("_ng_failure_id") is None
+        assert {event["failure_kind"] for event in _events(row).values()} <= TRANSIENT_KINDS
+
+
+@pytest.mark.parametrize("fault", sorted(EXPECTED))
+def test_each_injected_fault_is_saved_under_its_kind_boundary_stage_and_class(
+    demo_run: Run, fault: str
+) -> None:
+    expected = EXPECTED[fault]
+    injections = [row for row in demo_run.injected if row["fault"] == fault]
+    assert injections
+    for injection in injections:
+        rows = demo_run.rows_of(injection["rollout_id"], injection["attempt"])
+        assert len(rows) == 1, injection
+        (row,) = rows
+        events = _events(row)
+        # A model call made while judging is the verification's, not the agent's.
+        stage = "verification" if injection.get("call") == "judge" else expected.stage
+        wanted = (expected.kind, expected.boundary, stage)
+        if "event_id" in injection:
+            # The injecting server made the event: the very same id arrived in the row.
+            assert injection["event_id"] in events, (injection, events)
+            matching = [events[injection["event_id"]]]
+        else:
+            matching = [
+                event
+                for event in events.values()
+                if (event["failure_kind"], event["boundary"], event.get("stage")) == wanted
+            ]
+        assert matching, (injection, events)
+        for event in matching:
+            assert (event["failure_kind"], event["boundary"], event.get("stage")) == wanted
+            assert classify_failure(event["failure_kind"], event.get("stage"), event.get("http_status")) is (
+                expected.failure_class
+            )
+        if expected.ends_attempt:
+            assert row["failure"]["failure_kind"] == expected.kind
+            assert row["failure"]["stage"] == expected.stage
+            assert events[row["_ng_failure_id"]]["failure_kind"] == expected.kind
+
+
+def test_injected_transient_faults_were_also_recovered_on_success_rows(demo_run: Run) -> None:
+    recovered = {event["failure_kind"] for row in demo_run.successes for event in _events(row).values()}
+    assert recovered == TRANSIENT_KINDS
+
+
+def test_rate_limits_name_their_quota_reset(demo_run: Run) -> None:
+    reasons = [
+        event["failure_reason"]
+        for row in demo_run.successes + demo_run.failures
+        for event in _events(row).values()
+        if event["failure_kind"] == PROVIDER_QUOTA_EXHAUSTED
+    ]
+    assert reasons
+    assert all(event_reason and quota_reset_text(event_reason) for event_reason in reasons)
+    assert all(
+        event.get("http_status") == 429
+        for row in demo_run.successes + demo_run.failures
+        for event in _events(row).values()
+        if event["failure_kind"] == PROVIDER_QUOTA_EXHAUSTED
+    )
+
+
+def test_an_oom_is_a_real_one_with_its_exit_code(demo_run: Run) -> None:
+    ooms = [
+        event
+        for row in demo_run.failures
+        for event in _events(row).values()
+        if event["failure_kind"] == PROVIDER_OOM_KILLED
+    ]
+    assert ooms
+    for event in ooms:
+        assert event["details"]["exit_code"] == 1  # CPython's MemoryError exit, under RLIMIT_AS
+        assert "RLIMIT_AS=256 MiB" in event["details"]["provider_status_reason"]
+
+
+def test_policy_answer_faults_are_results_the_gate_can_classify(demo_run: Run) -> None:
+    seen: set[str] = set()
+    for injection in demo_run.injected:
+        gate_kind = ANSWER_FAULTS.get(injection["fault"])
+        if gate_kind is None:
+            continue
+        rows = demo_run.rows_of(injection["rollout_id"], injection["attempt"])
+        if not rows or "result" not in rows[0]:
+            continue  # a later fault of the same attempt ended it
+        result = rows[0]["result"]
+        response = result["response"]
+        assert result["reward"] == 0.0
+        assert result["verification"]["extracted_answer"] is None
+        if gate_kind == TRUNCATED_ANSWER:
+            assert response["status"] == "incomplete"
+            assert response["incomplete_details"]["reason"] == "max_output_tokens"
+        else:
+            assert response["status"] == "completed"
+            assert output_text(response) == ""
+        assert classify_failure(gate_kind) is FailureClass.MODEL
+        seen.add(gate_kind)
+    assert seen == {EMPTY_ANSWER, TRUNCATED_ANSWER}
+
+
+def test_a_failed_judge_call_keeps_its_cause_from_the_model_server(demo_run: Run) -> None:
+    """model server -> resources server -> agent -> collector: the cause survives every hop."""
+    judged = [row for row in demo_run.failures if row["failure"]["failure_kind"] == JUDGE_FAILED]
+    assert judged
+    for row in judged:
+        events = _events(row)
+        failure = events[row["_ng_failure_id"]]
+        assert (failure["boundary"], failure.get("stage")) == ("resources_server", "verification")
+        cause = events[failure["cause_id"]]
+        assert (cause["boundary"], cause.get("stage")) == ("model", "verification")
+        assert cause["failure_kind"] in JUDGE_FAILURE_CAUSES
+        assert classify_failure(failure["failure_kind"], failure["stage"]) is FailureClass.EVALUATION
+
+
+def test_no_failure_without_an_injected_fault(demo_run: Run) -> None:
+    """Every failure event in the rows is explained by a fault injected into that same attempt."""
+    planned: defaultdict[tuple[str, int], set[str]] = defaultdict(set)
+    for injection in demo_run.injected:
+        expected = EXPECTED.get(injection["fault"])
+        if expected is not None:
+            planned[(injection["rollout_id"], injection["attempt"])].add(expected.kind)
+            if injection.get("call") == "judge":
+                planned[(injection["rollout_id"], injection["attempt"])].add(JUDGE_FAILED)
+    for row in demo_run.successes + demo_run.failures:
+        kinds = {event["failure_kind"] for event in _events(row).values()}
+        assert kinds <= planned[(row["rollout_id"], row["attempt"])], row
+
+
+def test_server_logs_hold_no_traceback_or_warning(demo_run: Run) -> None:
+    """Injected faults are logged as failures; a traceback or a warning is something else."""
+    for name in ("model", "resources", "agent"):
+        text = (demo_run.path / f"{name}.log").read_text()
+        assert "Started server process" in text
+        assert "Traceback" not in text, name
+        assert "Warning" not in text, name
+
+
+def test_no_server_or_sandbox_process_is_left_behind(demo_run: Run) -> None:
+    servers = json.loads((demo_run.path / "servers.json").read_text())
+    assert set(servers) == {"model", "resources", "agent"}
+    assert [name for name, server in servers.items() if _alive(server["pid"])] == []
+    left = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if os.readlink(proc / "cwd").startswith(str(demo_run.path / "sandbox")):
+                left.append(proc.name)
+        except OSError:
+            continue  # not a process, gone, or not ours to read
+    assert left == []
+
+
+# --- Interruption --------------------------------------------------------------------------------
+
+
+def _collecting(out_dir: Path) -> bool:
+    """Whether a demo under `out_dir` has saved its first row."""
+    return any(path.stat().st_size for path in out_dir.glob("*/rollouts*.jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("signum", "codes"), [(signal.SIGINT, {130, -2}), (signal.SIGTERM, {143})], ids=["SIGINT", "SIGTERM"]
+)
+def test_an_interrupted_demo_stops_every_server(tmp_path: Path, signum: int, codes: set[int]) -> None:
+    # A shell starts a background job with SIGINT ignored, and children inherit that: give the
+    # launcher the default Ctrl-C behaviour whatever started this test.
+    start = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"sys.argv = ['gym_failures.demo', '--out', {str(tmp_path)!r}, '--rollouts', '5000']; "
+        "runpy.run_module('gym_failures.demo', run_name='__main__')"
+    )
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", start], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _collecting(tmp_path):
+            assert launcher.poll() is None, launcher.communicate()[1].decode()
+            assert time.monotonic() < deadline, "the demo never started collecting"
+            time.sleep(0.05)
+        (run_dir,) = tmp_path.iterdir()
+        servers = json.loads((run_dir / "servers.json").read_text())
+        assert all(_alive(server["pid"]) for server in servers.values())
+        launcher.send_signal(signum)
+        _, stderr = launcher.communicate(timeout=30)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate()
+    assert launcher.returncode in codes, stderr.decode()
+    assert [name for name, server in servers.items() if _alive(server["pid"])] == []
+
+
+def test_a_server_that_fails_to_start_stops_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(launcher.SERVERS, "agent", "gym_failures.demo.no_such_server")
+    with pytest.raises(RuntimeError, match="the agent server exited with status 1 before it was ready"):
+        run_demo(tmp_path, rollouts=2)
+    (run_dir,) = tmp_path.iterdir()
+    servers = json.loads((run_dir / "servers.json").read_text())
+    assert set(servers) == {"model", "resources", "agent"}
+    assert [name for name, server in servers.items() if _alive(server["pid"])] == []
+
+
+# --- An external policy endpoint ----------------------------------------------------------------
+
+
+@pytest.fixture
+def external_endpoint(tmp_path: Path) -> Iterator[str]:
+    """A Responses endpoint in its own process, standing in for an external provider: the scripted
+    model server, which injects nothing into requests without the demo's identity headers."""
+    config = DemoConfig(
+        run_dir=tmp_path,
+        seed=0,
+        plan=FaultPlan.model_validate({"model": {"server_error": 0.5, "rate_limit": 0.5}}),
+        model_url="http://unused",
+        resources_url="http://unused",
+        agent_url="http://unused",
+    )
+    config_path = tmp_path / "endpoint.json"
+    config_path.write_text(config.model_dump_json())
+    sock = socket.create_server(("127.0.0.1", 0))
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gym_failures.demo.model_server",
+            "--config",
+            str(config_path),
+            "--fd",
+            str(sock.fileno()),
+            "--parent-pid",
+            str(os.getpid()),
+        ],
+        pass_fds=(sock.fileno(),),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+    try:
+        yield f"{url}/v1"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_an_external_endpoint_serves_the_policy_and_never_sees_a_file_holding_its_key(
+    tmp_path: Path, external_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = "sk-demo-0123456789abcdefghij"
+    monkeypatch.setenv("GYM_DEMO_MODEL_API_KEY", key)
+    plan = tmp_path / "plan.json"
+    # Faults of the policy's own behaviour only: the judge (still the local model server) gets none.
+    plan.write_text(json.dumps({"model": {"slow_response": 0.5, "empty_answer": 0.5}}))
+    run_dir = run_demo(
+        tmp_path / "runs",
+        rollouts=6,
+        concurrency=3,
+        fault_plan=plan,
+        policy_base_url=external_endpoint,
+        policy_model="external-model",
+        policy_timeout_s=10.0,
+    )
+    rows = list(read_rows(run_dir / "rollouts.jsonl"))
+    assert len(rows) == 6
+    assert {row["result"]["response"]["model"] for row in rows} == {"external-model"}
+    assert all(row["result"]["verification"]["extracted_answer"] is not None for row in rows)
+    # The local model server injects only into the demo's own calls, and the endpoint got none of them.
+    assert (run_dir / "injected_faults.jsonl").read_text() == ""
+    assert [path.name for path in run_dir.iterdir() if key.encode() in path.read_bytes()] == []
+    demo = json.loads((run_dir / "demo.json").read_text())
+    assert demo["policy"] == {"base_url": external_endpoint, "model": "external-model"}
+    assert demo["fault_plan"]["limits"]["policy_timeout_s"] == 10.0
+
+
+def test_a_policy_timeout_override_keeps_slow_replies_slower_than_it() -> None:
+    plan = with_policy_timeout(load_fault_plan(), 60.0)
+    assert plan.limits.policy_timeout_s == 60.0
+    assert plan.limits.slow_response_s > 60.0
+    assert plan.model == load_fault_plan().model
+
+
+# --- The fault plan ------------------------------------------------------------------------------
+
+
+def test_the_packaged_default_plan_loads_and_injects_every_fault() -> None:
+    plan = load_fault_plan()
+    assert len(plan.fault_names()) == 11
+    assert plan.limits.slow_response_s > plan.limits.policy_timeout_s
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"model": {"server_error": 0.7, "rate_limit": 0.4}},
+        {"sandbox": {"oom": 0.1, "segfault": 0.1}},
+        {"limits": {"policy_timeout_s": 3.0, "slow_response_s": 2.0}},
+        {"resources_server": {"judge_unparseable": 1.5}},
+    ],
+)
+def test_a_plan_that_cannot_be_meant_is_refused(tmp_path: Path, bad: dict[str, Any]) -> None:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ValidationError):
+        load_fault_plan(path)
+
+
+def test_a_site_maps_one_draw_onto_its_faults_in_order() -> None:
+    plan = FaultPlan.model_validate({"model": {"server_error": 0.1, "rate_limit": 0.2, "stream_cut": 0.1}})
+    assert plan.model.pick(0.05) == "server_error"
+    assert plan.model.pick(0.25) == "rate_limit"
+    assert plan.model.pick(0.35) == "stream_cut"
+    assert plan.model.pick(0.35, allowed=frozenset({"server_error"})) is None
+    assert plan.model.pick(0.45) is None
+
+
+def test_draws_are_the_same_in_every_process() -> None:
+    here = [draw(7, "model", "3:0", 1, "policy.1", 2), draw(7, "sandbox", "3:0", 1, 0)]
+    code = (
+        "from gym_failures.demo._plan import draw; "
+        "print(draw(7, 'model', '3:0', 1, 'policy.1', 2), draw(7, 'sandbox', '3:0', 1, 0))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert [float(value) for value in there.stdout.split()] == here
+    assert all(0.0 <= value < 1.0 for value in here)
+
+
+# --- The scripted policy and judge ---------------------------------------------------------------
+
+
+def _decision(item: dict[str, Any]) -> str:
+    """What the policy decided, without the fresh ids every reply gets."""
+    return item["arguments"] if item["type"] == "function_call" else message_text(item)
+
+
+def test_the_scripted_policy_runs_a_command_or_answers_and_is_mostly_right() -> None:
+    prompt = [{"type": "message", "role": "user", "content": "What is 17 * 23?"}]
+    outputs = [
+        scripted_policy(prompt, seed=0, rollout_id=f"{index}:0", attempt=1, tools=True)[0]
+        for index in range(200)
+    ]
+    calls = [json.loads(item["arguments"]) for item in outputs if item["type"] == "function_call"]
+    answers = [extract_final_answer(message_text(item)) for item in outputs if item["type"] == "message"]
+    assert 60 <= len(calls) <= 140  # about half first run a command
+    assert {call["command"] for call in calls} == {'python3 -c "print(17 * 23)"'}
+    assert 0.7 <= answers.count("391") / len(answers) < 1.0  # a sampled policy slips sometimes
+    again = scripted_policy(prompt, seed=0, rollout_id="5:0", attempt=1, tools=True)[0]
+    assert _decision(again) == _decision(outputs[5])
+
+
+def test_the_scripted_policy_answers_with_what_the_sandbox_printed() -> None:
+    conversation = [
+        {"type": "message", "role": "user", "content": "What is 17 * 23?"},
+        {"type": "function_call", "call_id": "call_1", "name": "run_shell", "arguments": "{}"},
+        {
+            "type": "function_call_output",
+            "call_id": "call_1",
+            "output": json.dumps({"exit_code": 0, "stdout": "391\n", "stderr": ""}),
+        },
+    ]
+    (item,) = scripted_policy(conversation, seed=0, rollout_id="0:0", attempt=1, tools=True)
+    assert extract_final_answer(message_text(item)) == "391"
+
+
+@pytest.mark.parametrize(
+    ("reference", "candidate", "verdict"),
+    [("391", "391", "CORRECT"), ("391", "391.0", "CORRECT"), ("391", "392", "INCORRECT")],
+)
+def test_the_scripted_judge_compares_answers(reference: str, candidate: str, verdict: str) -> None:
+    prompt = f"Reference answer: {reference}\nCandidate answer: {candidate}\nReply with one line."
+    assert scripted_judge(prompt) == f"VERDICT: {verdict}"
+
+
+# --- Responses helpers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("Working it out gives 391.\nFinal answer: 391", "391"),
+        ("final answer = -12.50", "-12.5"),
+        ("Final answer: 3\nwait, Final answer: 4", "4"),
+        ("Let me think about", None),
+        ("", None),
+    ],
+)
+def test_the_final_answer_is_extracted(text: str, answer: str | None) -> None:
+    assert extract_final_answer(text) == answer
+
+
+def test_sse_decoding_does_not_depend_on_chunk_boundaries() -> None:
+    stream = (
+        b'event: response.created\r\ndata: {"type":"response.created"}\r\n\r\n'
+        b'event: response.output_text.delta\ndata: {"delta":"4"}\n\n'
+        b'event: response.completed\rdata: {"response":{}}\r\r'
+    )
+    whole = SseDecoder().feed(stream)
+    assert [name for name, _ in whole] == [
+        "response.created",
+        "response.output_text.delta",
+        "response.completed",
+    ]
+    decoder = SseDecoder()
+    split = [event for index in range(len(stream)) for event in decoder.feed(stream[index : index + 1])]
+    assert split == whole
