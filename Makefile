@@ -20,14 +20,16 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks
 
 typecheck: $(STAMP)
-	$(BIN)/mypy src tests
+	$(BIN)/mypy src tests benchmarks
 
 unit: $(STAMP)
 	$(BIN)/pytest
 
 test: lint typecheck unit
 
+# wrk drives the under-uvicorn middleware figures; without it (no root, no apt) they are skipped.
 bench: $(STAMP)
+	command -v wrk >/dev/null || apt-get install -y -qq wrk >/dev/null 2>&1 || echo "wrk unavailable: skipping the under-uvicorn figures"
 	$(BIN)/python -m benchmarks
 
 demo: $(STAMP)

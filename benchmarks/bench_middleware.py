@@ -16,9 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import re
+import shutil
+import socket
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -173,6 +179,74 @@ async def measure(rounds: int = 15, requests: int = 2000) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in results.items()}
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _serve(variant: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            f"benchmarks._uvicorn_apps:{variant}",
+            "--factory",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return process, f"http://127.0.0.1:{port}/"
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"uvicorn {variant} did not start")
+
+
+def _wrk(url: str, seconds: int) -> float:
+    output = subprocess.run(
+        ["wrk", "-t1", "-c32", f"-d{seconds}s", url], capture_output=True, text=True, check=True
+    ).stdout
+    match = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    if match is None:
+        raise RuntimeError(f"unexpected wrk output: {output}")
+    return float(match.group(1))
+
+
+def measure_uvicorn(rounds: int = 5, seconds: int = 3) -> dict[str, float] | None:
+    """Median requests per second of each variant under uvicorn, driven by wrk on loopback; `None`
+    without wrk. Two cores serve both wrk and uvicorn, so this is a figure, not a gate."""
+    if shutil.which("wrk") is None:
+        return None
+    variants = ("bare", "floor", "gym", "base_http")
+    servers = {variant: _serve(variant) for variant in variants}
+    try:
+        for _, url in servers.values():
+            _wrk(url, 1)  # warm up
+        samples: dict[str, list[float]] = {variant: [] for variant in variants}
+        for index in range(rounds):
+            order = variants[index % 4 :] + variants[: index % 4]
+            for variant in order:
+                samples[variant].append(_wrk(servers[variant][1], seconds))
+    finally:
+        for process, _ in servers.values():
+            process.terminate()
+            process.wait(timeout=10)
+    return {variant: statistics.median(values) for variant, values in samples.items()}
+
+
 def main() -> str:
     # The failure path logs one ERROR line per request; a benchmark measures the work, not a terminal.
     logging.getLogger("gym_failures").setLevel(logging.CRITICAL)
@@ -193,6 +267,20 @@ def main() -> str:
         f"| Gym failure with a 10-event chain | {figures['failure_gym']:,.0f} | "
         f"{figures['failure_gym'] / figures['failure_bare']:.3f} |",
     ]
+    served = measure_uvicorn()
+    if served is None:
+        lines += ["", "(wrk not found: the under-uvicorn figures were skipped)"]
+    else:
+        lines += [
+            "",
+            "| variant (uvicorn, wrk -t1 -c32, loopback) | requests/s (median) | vs bare | vs floor |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for name in ("bare", "floor", "gym", "base_http"):
+            value = served[name]
+            lines.append(
+                f"| {name} | {value:,.0f} | {value / served['bare']:.3f} | {value / served['floor']:.3f} |"
+            )
     table = "\n".join(lines)
     print(table)
     return table

@@ -50,14 +50,15 @@ from collections.abc import (
     Mapping,
     MutableMapping,
 )
-from dataclasses import dataclass, field
 from typing import Any
 
 from gym_failures._redact import redact, request_secrets
+from gym_failures._request_log import _NO_EVENTS
 from gym_failures.failure_kinds import INFRASTRUCTURE_ERROR, FailureStage
 from gym_failures.failure_records import FailureBoundary, FailureEvent, FailureReport
 from gym_failures.failure_transport import (
     FailureHeader,
+    ModelOperationObservation,
     RequestFailureLog,
     StreamFailureReportReader,
     report_for_current_request,
@@ -76,15 +77,36 @@ LOGGER = logging.getLogger(__name__)
 
 _HEADER_NAME = FailureHeader.NAME.lower().encode("ascii")
 _CURRENT = RequestFailureLog._current
+_OMITTED_HEADER = [(_HEADER_NAME, b'{"omitted": true}')]
 _MAX_REDACTED_INPUT = 4 * 2000
 
 
-@dataclass
 class _ServedRequestLog(RequestFailureLog):
     """The log of a request this middleware serves, with the request's scope: a report written into the
-    request's stream (`stream_failure_field`) is scrubbed of the request's credentials as its header is."""
+    request's stream (`stream_failure_field`) is scrubbed of the request's credentials as its header is.
 
-    scope: Scope = field(default_factory=dict, repr=False, compare=False)
+    One is made per request, so it costs one attribute: every field starts as its class-level default
+    (the shared empty report, zero counts) and gets its own value on first write; `model_operations`
+    gets its dict on first use.
+    """
+
+    report = _NO_EVENTS
+    dropped_events = 0
+    dropped_model_operations = 0
+
+    def __init__(self, scope: Scope) -> None:  # no super().__init__(): see the docstring
+        self.scope = scope
+
+    @property
+    def model_operations(self) -> dict[str, ModelOperationObservation]:
+        operations: dict[str, ModelOperationObservation] | None = self.__dict__.get("_operations")
+        if operations is None:
+            operations = self.__dict__["_operations"] = {}
+        return operations
+
+    @model_operations.setter
+    def model_operations(self, value: dict[str, ModelOperationObservation]) -> None:
+        self.__dict__["_operations"] = value
 
 
 class FailureReportMiddleware:
@@ -160,7 +182,7 @@ class FailureReportMiddleware:
         secrets = _secrets_of(scope)
         failure = error if isinstance(error, NgFailureEvent) else self._wrap(error, secrets)
         own = failure.failure_report()
-        report = _fitting(_scrubbed(own.merged(log.report), scope), own)
+        report, report_headers = _fitting(_scrubbed(own.merged(log.report), scope), own)
         event = report.events.get(failure.event_id) or failure.to_event()
         _log_failure(event, error)
         body = json.dumps(
@@ -176,21 +198,23 @@ class FailureReportMiddleware:
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode("ascii")),
         ]
-        headers.extend(_encoded_header(report))
+        headers.extend(report_headers)
         await send({"type": "http.response.start", "status": self.failure_status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 
-def _fitting(report: FailureReport, own: FailureReport) -> FailureReport:
-    """`report` when it fits the header; else only the request's own failure chain, marked omitted.
+def _fitting(report: FailureReport, own: FailureReport) -> tuple[FailureReport, list[tuple[bytes, bytes]]]:
+    """`report` and its header when it fits; else only the request's own failure chain, marked omitted.
 
     The observations are what a full header leaves out first: the failure's own event id is what the
     caller rebuilds. `report` is already scrubbed and holds `own`'s events, which are taken from it.
     """
-    if len(report.__pydantic_serializer__.to_json(report)) <= FailureHeader.MAX_BYTES:
-        return report
+    headers = _encoded_header(report)
+    if not report.events or headers != _OMITTED_HEADER:
+        return report, headers
     events = {event_id: report.events[event_id] for event_id in own.events if event_id in report.events}
-    return FailureReport.model_construct(events=events, failure_id=own.failure_id, omitted=True)
+    trimmed = FailureReport.model_construct(events=events, failure_id=own.failure_id, omitted=True)
+    return trimmed, _encoded_header(trimmed)
 
 
 def _secrets_of(scope: Scope) -> list[str]:
