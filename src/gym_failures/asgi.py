@@ -136,7 +136,7 @@ class FailureReportMiddleware:
             await self.app(scope, receive, send)
             return
 
-        log = _ServedRequestLog(scope=scope)
+        log = _ServedRequestLog(scope)
         token = _CURRENT.set(log)
         response_started = False
 
@@ -144,9 +144,9 @@ class FailureReportMiddleware:
             nonlocal response_started
             if message["type"] == "http.response.start":
                 response_started = True
-                report = log.report
-                if report.events or report.omitted:
-                    message = _with_report_header(message, _scrubbed(report, scope))
+                # Only `add` replaces the shared empty report, so this is "the log holds anything".
+                if log.report is not _NO_EVENTS:
+                    message = _with_report_header(message, _scrubbed(log.report, scope))
             await send(message)
 
         try:

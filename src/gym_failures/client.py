@@ -58,9 +58,9 @@ from gym_failures.failure_kinds import (
 from gym_failures.failure_records import FailureBoundary
 from gym_failures.failure_transport import (
     FailureHeader,
-    RequestFailureLog,
     observe_failure,
     observe_model_operation,
+    observe_reply,
 )
 from gym_failures.failures import (
     _BY_BOUNDARY,
@@ -156,15 +156,6 @@ def _failure_class(boundary: FailureBoundary | str) -> type[NgFailureEvent]:
     return _BY_BOUNDARY[FailureBoundary(boundary)]
 
 
-def _observe(report_headers: Mapping[str, str]) -> None:
-    log = RequestFailureLog.current()
-    if log is None:
-        return
-    report = FailureHeader.decode(report_headers)
-    if report is not None:
-        log.add(report)
-
-
 async def _failure_for(
     response: Any,
     *,
@@ -222,7 +213,7 @@ async def raise_boundary_failure(
     reply carries no report.
     """
     status, headers, _, _ = _facts(response)
-    _observe(headers)
+    observe_reply(headers)
     if 200 <= status < 300:
         return
     failure, _ = await _failure_for(
@@ -288,7 +279,7 @@ async def raise_for_status(
     """Observe `response`'s report; on a 4xx/5xx raise the library's own HTTP error type, carrying the
     rebuilt failure (`.failure`, also its `__cause__`) and the reply's content (`.content`)."""
     status, headers, _, _ = _facts(response)
-    _observe(headers)
+    observe_reply(headers)
     if status < 400:
         return
     failure, content = await _failure_for(
