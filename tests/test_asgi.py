@@ -732,3 +732,153 @@ async def test_relay_stream_closes_the_upstream_when_the_consumer_stops() -> Non
     await relay.aclose()  # type: ignore[attr-defined] # an async generator
 
     assert closed == [True]
+
+
+# --- Regressions found in review ------------------------------------------------------------------
+
+
+async def test_scrubbing_a_short_secret_keeps_the_reason_within_its_bound() -> None:
+    """The marker is longer than a 6-character secret; the caller must still read the report."""
+    raised = model_failure("x" * 1991 + " abc123")
+
+    async def handler(request: Request) -> Response:
+        raise raised
+
+    async with in_process(starlette_app(Route("/", handler))) as client:
+        response = await client.get("/?q=abc123")
+
+    report = report_of(response)
+    assert report.failure_id == raised.event_id
+    reason = report.events[raised.event_id].failure_reason
+    assert len(reason) <= 2000
+    assert "abc123" not in reason
+
+
+async def test_a_failure_the_app_returns_keeps_its_id_when_the_log_is_large() -> None:
+    own = ModelFailure(failure_kind=MODEL_SERVER_ERROR, failure_reason="quota")
+    own_header = FailureHeader.encode(own.failure_report())[FailureHeader.NAME].encode()
+
+    async def inner(scope: Scope, receive: Receive, send: Send) -> None:
+        for _ in range(20):
+            observe_failure(model_failure("y" * 300))
+        await send({"type": "http.response.start", "status": 429, "headers": [(HEADER, own_header)]})
+        await send({"type": "http.response.body", "body": b""})
+
+    recorder = await drive(FailureReportMiddleware(inner, boundary="model"))
+    (start,) = recorder.of_type("http.response.start")
+    (value,) = [value for name, value in start["headers"] if name == HEADER]
+    report = FailureHeader.decode({FailureHeader.NAME: value.decode()})
+    assert report is not None
+    assert (report.failure_id, report.omitted, list(report.events)) == (own.event_id, True, [own.event_id])
+
+
+async def test_a_failure_header_the_app_sets_is_scrubbed_of_the_requests_credentials() -> None:
+    own = ModelFailure(failure_kind=MODEL_SERVER_ERROR, failure_reason=f"rejected key {AUTH_CANARY}")
+    own_header = FailureHeader.encode(own.failure_report())[FailureHeader.NAME].encode()
+
+    async def inner(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 401, "headers": [(HEADER, own_header)]})
+        await send({"type": "http.response.body", "body": b""})
+
+    scope = http_scope(headers=[(b"authorization", f"Bearer {AUTH_CANARY}".encode())])
+    recorder = await drive(FailureReportMiddleware(inner, boundary="model"), scope)
+    (start,) = recorder.of_type("http.response.start")
+    (value,) = [value for name, value in start["headers"] if name == HEADER]
+    assert AUTH_CANARY.encode() not in value
+    report = FailureHeader.decode({FailureHeader.NAME: value.decode()})
+    assert report is not None
+    assert report.failure_id == own.event_id
+
+
+async def test_a_stream_field_past_the_bound_keeps_the_failure_chain() -> None:
+    raised = model_failure("the stream failed")
+    captured: dict[str, Any] = {}
+
+    async def handler(request: Request) -> Response:
+        for _ in range(20):
+            observe_failure(model_failure("z" * 300))
+        captured.update(stream_failure_field(raised))
+        return PlainTextResponse("ok")
+
+    async with in_process(starlette_app(Route("/", handler))) as client:
+        await client.get("/")
+
+    report = FailureHeader.decode_stream_event(captured)
+    assert report is not None
+    assert (report.failure_id, report.omitted) == (raised.event_id, True)
+
+
+async def test_a_gym_failure_raised_in_a_task_group_keeps_its_kind() -> None:
+    """A model-side failure must not become this server's `infrastructure_error`."""
+    raised = ModelFailure(failure_kind="model_context_limit", failure_reason="too long")
+
+    async def fail() -> None:
+        raise raised
+
+    async def handler(request: Request) -> Response:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(fail())
+        return PlainTextResponse("unreachable")
+
+    async with in_process(starlette_app(Route("/", handler))) as client:
+        response = await client.get("/")
+
+    assert response.json()["failure_kind"] == "model_context_limit"
+    assert report_of(response).failure_id == raised.event_id
+
+
+async def test_several_gym_failures_in_a_group_are_the_cause_and_observations() -> None:
+    first = model_failure("first")
+    second = model_failure("second")
+
+    async def handler(request: Request) -> Response:
+        raise ExceptionGroup("two failed", [first, second])
+
+    async with in_process(starlette_app(Route("/", handler))) as client:
+        response = await client.get("/")
+
+    report = report_of(response)
+    assert report.failure_id is not None
+    root = report.events[report.failure_id]
+    assert root.failure_kind == INFRASTRUCTURE_ERROR
+    assert root.cause_id == first.event_id
+    assert second.event_id in report.events
+
+
+async def test_a_raw_query_value_quoted_by_a_failure_is_removed() -> None:
+    raised = model_failure("cannot route /v1/run?sig=Zm9vQ%2Bbar%2Fbaz123")
+
+    async def handler(request: Request) -> Response:
+        raise raised
+
+    async with in_process(starlette_app(Route("/", handler))) as client:
+        response = await client.get("/?sig=Zm9vQ%2Bbar%2Fbaz123")
+
+    header = response.headers[FailureHeader.NAME]
+    assert "Zm9vQ" not in header
+    assert "Zm9vQ" not in response.text
+
+
+async def test_relay_stream_observes_the_report_as_soon_as_it_is_read() -> None:
+    """A consumer that stops after the terminal event may close the relay much later."""
+    failure = model_failure("stream failed")
+    terminal = sse_event(
+        "response.failed",
+        {
+            "type": "response.failed",
+            FailureHeader.STREAM_FIELD: FailureHeader.stream_value(failure.failure_report()),
+        },
+    )
+
+    async def upstream() -> AsyncIterator[bytes]:
+        yield sse_event("response.created", {"type": "response.created"})
+        yield terminal
+        yield b": keep-alive\n\n"
+
+    with RequestFailureLog.capture() as log:
+        relay = relay_stream(upstream())
+        async for chunk in relay:
+            if chunk == terminal:
+                break
+        assert failure.event_id in log.report.events
+        await relay.aclose()  # type: ignore[attr-defined]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
@@ -18,7 +19,7 @@ import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -432,3 +433,40 @@ async def test_map_transport_errors_passes_other_exceptions_and_gym_failures_thr
     assert raised.value is failure
     with pytest.raises(KeyError), map_transport_errors("model"):
         raise KeyError("not transport")
+
+
+# --- Regressions found in review ------------------------------------------------------------------
+
+
+async def _endless(request: Request) -> Response:
+    async def body() -> AsyncIterator[bytes]:
+        while True:
+            yield b"x" * 65536
+            await asyncio.sleep(0)
+
+    return StreamingResponse(body(), status_code=500)
+
+
+async def test_an_endless_failed_body_is_read_only_up_to_the_bound(client: ClientName) -> None:
+    app = Starlette(routes=[Route("/", _endless)])
+    with serving(app) as url:
+        if client == "aiohttp":
+            async with aiohttp.ClientSession() as session, session.get(url) as reply:
+                with pytest.raises(NgFailureEvent):
+                    await raise_boundary_failure(reply, boundary="model")
+                with pytest.raises(aiohttp.ClientResponseError) as from_aiohttp:
+                    await raise_for_status(reply, boundary="model")
+            content = from_aiohttp.value.content  # type: ignore[attr-defined]
+        else:
+            async with httpx.AsyncClient() as http, http.stream("GET", url) as response:
+                with pytest.raises(httpx.HTTPStatusError) as from_httpx:
+                    await raise_for_status(response, boundary="model")
+            content = from_httpx.value.content  # type: ignore[attr-defined]
+    assert 0 < len(content) <= 64 * 1024
+
+
+def test_a_retry_after_of_non_ascii_digits_is_no_evidence() -> None:
+    from gym_failures.client import _retry_after
+
+    assert _retry_after({"Retry-After": "²"}) is None
+    assert _retry_after({"Retry-After": "7"}) == 7.0

@@ -557,3 +557,11 @@ def test_invalid_log_names_the_failing_field(caplog: pytest.LogCaptureFixture) -
     FailureHeader.decode({NAME: value})
 
     assert "events.*.http_status" in caplog.text
+
+
+def test_a_non_ascii_value_over_the_byte_bound_is_omitted() -> None:
+    """The bound is bytes: 2,100 characters of two-byte UTF-8 are over 4,096 bytes."""
+    value = '{"events": {}, "note": "' + "é" * 2100 + '"}'
+    assert len(value) <= FailureHeader.MAX_BYTES < len(value.encode())
+    report = FailureHeader.decode({FailureHeader.NAME: value})
+    assert report == FailureReport(omitted=True)

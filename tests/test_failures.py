@@ -641,3 +641,38 @@ class TestHttpStatus:
     @pytest.mark.parametrize("status", [100, 599])
     def test_http_status_at_bounds_kept(self, status: int) -> None:
         assert model_failure(http_status=status).http_status == status
+
+
+def test_an_operation_is_redacted_and_cut_not_refused() -> None:
+    secret_url = "POST https://u:pw@api.example/v1?api_key=SECRETKEY1"
+    long = ModelFailure(failure_kind="model_server_error", operation="x" * 300 + secret_url).operation
+    assert long is not None
+    assert len(long) == 256
+    short = ModelFailure(failure_kind="model_server_error", operation=secret_url).operation
+    assert short is not None
+    assert "SECRETKEY1" not in short
+    assert "pw@" not in short
+
+
+def test_a_provider_status_reason_is_redacted_and_cut_not_refused() -> None:
+    reason = "denied: Bearer ghp_abcdefghijklmnopqrstuvwxyz012345 " + "r" * 3000
+    for details in (
+        {"provider_status_reason": reason},
+        SandboxFailureDetails(provider_status_reason=reason[:2000]),
+    ):
+        failure = SandboxFailure(failure_kind="provider_internal_error", details=details)
+        assert isinstance(failure.details, SandboxFailureDetails)
+        assert failure.details.provider_status_reason is not None
+        assert "ghp_" not in failure.details.provider_status_reason
+        assert len(failure.details.provider_status_reason) <= 2000
+
+
+def test_long_detail_ids_and_exception_types_are_cut_not_refused() -> None:
+    failure = SandboxFailure(
+        failure_kind="provider_internal_error", details={"sandbox_id": "s" * 300}, exception_type="E" * 300
+    )
+    assert isinstance(failure.details, SandboxFailureDetails)
+    assert failure.details.sandbox_id is not None
+    assert len(failure.details.sandbox_id) == 256
+    assert failure.exception_type is not None
+    assert len(failure.exception_type) == 256

@@ -147,7 +147,8 @@ def test_request_secrets_skip_other_headers(name: bytes) -> None:
 
 def test_request_secrets_take_every_query_value() -> None:
     secrets = request_secrets([], b"page=2&token=zzz&empty=&q=hello+world&x=a%2Fb")
-    assert secrets == ["2", "zzz", "hello world", "a/b"]
+    # Decoded values first, then the raw forms a reason quoting the URL would hold.
+    assert secrets == ["2", "zzz", "hello world", "a/b", "hello+world", "a%2Fb"]
 
 
 def test_request_secrets_remove_a_request_s_values_from_text() -> None:
@@ -256,3 +257,27 @@ def test_redact_handles_200_kb_of_adversarial_text(unit: str) -> None:
 def test_a_200_kb_run_of_schemes_without_a_query_is_left_as_is() -> None:
     text = "a://" * 50_000
     assert redact(text) == text
+
+
+def test_a_raw_at_sign_in_a_password_does_not_leak_its_tail() -> None:
+    assert url_without_secrets("https://user:p@ss@host/v1?x=1") == "https://host/v1"
+    assert "ss@host" not in redact("GET https://user:p@ss@host/v1").replace(f"{REDACTED}@host", "")
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "AIzaSyA1234567890abcdefghijklmnopqrstuv",
+        "hf_abcdefghijklmnopqrstuvwxyz",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefgh12",
+    ],
+    ids=["google", "huggingface", "jwt"],
+)
+def test_more_key_shapes_are_removed(secret: str) -> None:
+    assert secret not in redact(f"the provider said: {secret} is invalid")
+
+
+def test_raw_query_values_are_known_secrets_too() -> None:
+    secrets = request_secrets([], b"sig=Zm9v%2Bbar&code=ab+cd")
+    assert "Zm9v%2Bbar" in secrets
+    assert "ab+cd" in secrets

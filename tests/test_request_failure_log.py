@@ -509,3 +509,22 @@ def test_report_for_current_request_outside_a_request_without_a_failure_is_empty
     error: BaseException | None,
 ) -> None:
     assert report_for_current_request(error) == FailureReport()
+
+
+def test_threads_sharing_a_log_lose_no_event() -> None:
+    """`asyncio.to_thread` and thread pools share the log object with worker threads."""
+    import threading
+
+    log = RequestFailureLog()
+    failures = [ModelFailure(failure_kind="model_server_error") for _ in range(60)]
+
+    def add(part: list[NgFailureEvent]) -> None:
+        for failure in part:
+            log.add(failure.failure_report().model_copy(update={"failure_id": None}))
+
+    threads = [threading.Thread(target=add, args=(failures[i::4],)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert (len(log.report.events), log.dropped_events) == (60, 0)

@@ -187,7 +187,11 @@ class FailureHeader:
             return None
         if isinstance(value, bytes):
             value = value.decode("latin-1")
-        if not isinstance(value, str) or len(value) > cls.MAX_BYTES:
+        if (
+            not isinstance(value, str)
+            or len(value) > cls.MAX_BYTES
+            or (not value.isascii() and len(value.encode()) > cls.MAX_BYTES)
+        ):
             size = len(value) if isinstance(value, str) else 0
             _log_invalid("a reply header", size, ValueError("not a bounded string"))
             return FailureReport(omitted=True)

@@ -42,7 +42,8 @@ def _without_query(url: str) -> str:
 # "a://" took a minute).
 _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
     # scheme://user:password@host -> scheme://[REDACTED]@host
-    (re.compile(rf"(?i)({_SCHEME})[^/\s@]*@"), rf"\1{REDACTED}@"),
+    # (to the authority's last "@": a password may hold a raw "@" of its own)
+    (re.compile(rf"(?i)({_SCHEME})[^/?#\s]*@"), rf"\1{REDACTED}@"),
     # Any URL's query string: its values are the request's, not ours to repeat.
     (re.compile(rf"(?i){_SCHEME}[^\s\"']*"), lambda match: _without_query(match.group())),
     (re.compile(r"(?i)\b(bearer|basic|token|digest)\s+[A-Za-z0-9._~+/=-]{4,}"), rf"\1 {REDACTED}"),
@@ -50,6 +51,10 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
     (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{6,}"), REDACTED),
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{16,}"), REDACTED),
     (re.compile(r"\bAKIA[0-9A-Z]{12,}"), REDACTED),
+    (re.compile(r"\bAIza[0-9A-Za-z_-]{30,}"), REDACTED),  # Google API keys
+    (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), REDACTED),  # Hugging Face tokens
+    # JSON Web Tokens: three base64url parts, the first a JSON object ("eyJ" is '{"').
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), REDACTED),
     # name=value, name: value, "name": "value" where the name says secret. A value that is already the
     # marker is matched whole, so redacting twice (each hop does) does not grow it to "[REDACTED]]".
     (
@@ -66,8 +71,8 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
 # cost a fraction of running the patterns (or one alternation regex, which backtracks per position).
 _SCREEN_WORDS = (
     "://", "bearer", "basic", "token", "digest", "sk-", "pk-", "rk-", "xox", "ghp_", "gho_", "ghu_",
-    "ghs_", "ghr_", "akia", "key", "secret", "passw", "pwd", "auth", "cookie", "session", "signature",
-    "credential",
+    "ghs_", "ghr_", "akia", "aiza", "hf_", "eyj", "key", "secret", "passw", "pwd", "auth", "cookie",
+    "session", "signature", "credential",
 )  # fmt: skip
 
 
@@ -99,7 +104,7 @@ def redact(text: str, known_secrets: Iterable[str] = ()) -> str:
 
 def url_without_secrets(url: str) -> str:
     """`url` without user info, query string and fragment: the parts that carry tokens."""
-    text = re.sub(r"(?i)^([a-z][a-z0-9+.-]*://)[^/@]*@", r"\1", url)
+    text = re.sub(r"(?i)^([a-z][a-z0-9+.-]*://)[^/?#]*@", r"\1", url)
     for separator in ("?", "#"):
         text = text.split(separator, 1)[0]
     return text
@@ -122,4 +127,9 @@ def request_secrets(headers: Iterable[tuple[bytes, bytes]], query_string: bytes)
     if query_string:
         for _, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=False):
             secrets.append(value)
+        # A reason quotes the URL as it was sent, percent-encoding and "+" included.
+        for part in query_string.split(b"&"):
+            raw = part.partition(b"=")[2].decode("latin-1")
+            if raw and raw not in secrets:
+                secrets.append(raw)
     return secrets

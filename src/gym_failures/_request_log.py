@@ -12,6 +12,7 @@ Decisions:
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from gym_failures.failures import failure_report_of
 
 _MAX_ID = 128
 _NO_EVENTS = FailureReport()
+# One lock for every log: adding is rare and short, and a lock per log would cost every request.
+_LOCK = threading.Lock()
 _NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
@@ -78,6 +81,12 @@ class RequestFailureLog:
 
     def add(self, report: FailureReport) -> None:
         """Add `report`'s events as observations; the log never has a `failure_id` of its own."""
+        # Worker threads share the log (`asyncio.to_thread` and Starlette's thread pool copy the
+        # context, not the object): read, merge and replace under one lock, or an event is lost.
+        with _LOCK:
+            self._add(report)
+
+    def _add(self, report: FailureReport) -> None:
         events = self.report.events
         new = [event_id for event_id in report.events if event_id not in events]
         if len(events) + len(new) > self.MAX_EVENTS:
@@ -103,6 +112,10 @@ class RequestFailureLog:
 
     def add_model_operation(self, observation: ModelOperationObservation) -> None:
         """Keep `observation`, the latest one per operation id, within the bound."""
+        with _LOCK:
+            self._add_model_operation(observation)
+
+    def _add_model_operation(self, observation: ModelOperationObservation) -> None:
         operations = self.model_operations
         if observation.operation_id in operations or len(operations) < self._MAX_MODEL_OPERATIONS:
             operations[observation.operation_id] = observation

@@ -59,7 +59,7 @@ _LONG_NAME: Final = b"\x00over _MAX_LINE_BYTES"
 
 _MISSING: Final = object()
 _FIELD: Final = FailureHeader.STREAM_FIELD.encode()
-_KEY_TAIL: Final = len(_FIELD) + 12
+_KEY_TAIL: Final = len(_FIELD) + 12  # the class's documented `_KEY_TAIL`; a global in `feed`'s loop
 _SPLIT: Final = len(_FIELD) - 1
 _NAME_HEAD: Final = frozenset(_FIELD[:-1])
 _NAME_REST: Final = frozenset(_FIELD[1:])
@@ -78,7 +78,7 @@ class StreamFailureReportReader:
     _FIELD: ClassVar[bytes] = _FIELD
     _KEY: ClassVar[Pattern[bytes]] = re.compile(b'"' + re.escape(_FIELD) + rb'"\s*:')
     """The field as a JSON key. A key in a string value is escaped (`\\"name\\"`) and never matches."""
-    _KEY_TAIL: ClassVar[int] = len(_FIELD) + 12
+    _KEY_TAIL: ClassVar[int] = _KEY_TAIL
     """The bytes of a line's end searched with the next chunk, and kept of a line over the bound: a
     key split across chunks is seen whole, its quoted name, up to ten bytes of whitespace and colon."""
     _MAX_LINE_BYTES: ClassVar[int] = 1 << 20

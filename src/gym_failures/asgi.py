@@ -47,6 +47,7 @@ from collections.abc import (
     Awaitable,
     Callable,
     Iterable,
+    Iterator,
     Mapping,
     MutableMapping,
 )
@@ -146,7 +147,14 @@ class FailureReportMiddleware:
                 response_started = True
                 # Only `add` replaces the shared empty report, so this is "the log holds anything".
                 if log.report is not _NO_EVENTS:
-                    message = _with_report_header(message, _scrubbed(log.report, scope))
+                    message = _with_report_header(message, log.report, scope)
+                else:
+                    # An app may set the header itself (a failure it replies with, not raises): it is
+                    # scrubbed too. Inline: this runs on every reply. ASGI header names are lower case.
+                    for name, _ in message.get("headers", ()):
+                        if name == _HEADER_NAME:
+                            message = _with_report_header(message, None, scope)
+                            break
             await send(message)
 
         try:
@@ -178,9 +186,33 @@ class FailureReportMiddleware:
         failure.__cause__ = error
         return failure
 
+    def _failure_of(
+        self, error: BaseException, log: RequestFailureLog, known_secrets: Iterable[str]
+    ) -> NgFailureEvent:
+        """The Gym failure `error` is, or this server's failure wrapping it.
+
+        A task group raises an exception group: a group whose one leaf is a Gym failure is that
+        failure (a model-side failure must not become this server's `infrastructure_error`); in a
+        larger group, the first Gym leaf is the wrapper's cause and the others are observations.
+        """
+        if isinstance(error, NgFailureEvent):
+            return error
+        if isinstance(error, BaseExceptionGroup):
+            leaves = list(_leaves(error))
+            gym = [leaf for leaf in leaves if isinstance(leaf, NgFailureEvent)]
+            if len(leaves) == 1 and gym:
+                return gym[0]
+            failure = self._wrap(error, known_secrets)
+            if gym:
+                failure.__cause__ = gym[0]
+                for other in gym[1:]:
+                    log.add(other.failure_report().model_copy(update={"failure_id": None}))
+            return failure
+        return self._wrap(error, known_secrets)
+
     async def _send_failure(self, scope: Scope, error: Exception, log: RequestFailureLog, send: Send) -> None:
         secrets = _secrets_of(scope)
-        failure = error if isinstance(error, NgFailureEvent) else self._wrap(error, secrets)
+        failure = self._failure_of(error, log, secrets)
         own = failure.failure_report()
         report, report_headers = _fitting(_scrubbed(own.merged(log.report), scope), own)
         event = report.events.get(failure.event_id) or failure.to_event()
@@ -203,14 +235,16 @@ class FailureReportMiddleware:
         await send({"type": "http.response.body", "body": body})
 
 
-def _fitting(report: FailureReport, own: FailureReport) -> tuple[FailureReport, list[tuple[bytes, bytes]]]:
-    """`report` and its header when it fits; else only the request's own failure chain, marked omitted.
+def _fitting(
+    report: FailureReport, own: FailureReport | None
+) -> tuple[FailureReport, list[tuple[bytes, bytes]]]:
+    """`report` and its header when it fits; else only its own failure chain (`own`), marked omitted.
 
     The observations are what a full header leaves out first: the failure's own event id is what the
     caller rebuilds. `report` is already scrubbed and holds `own`'s events, which are taken from it.
     """
     headers = _encoded_header(report)
-    if not report.events or headers != _OMITTED_HEADER:
+    if own is None or not report.events or headers != _OMITTED_HEADER:
         return report, headers
     events = {event_id: report.events[event_id] for event_id in own.events if event_id in report.events}
     trimmed = FailureReport.model_construct(events=events, failure_id=own.failure_id, omitted=True)
@@ -230,10 +264,11 @@ def _scrubbed(report: FailureReport, scope: Scope) -> FailureReport:
     for event_id, event in report.events.items():
         texts = [event.failure_reason, event.foreign_error.message if event.foreign_error else ""]
         if any(secret in text for secret in secrets for text in texts):
-            update: dict[str, Any] = {"failure_reason": redact(event.failure_reason, secrets)}
+            # The marker is longer than a short secret: cut again so the event keeps its bound.
+            update: dict[str, Any] = {"failure_reason": bounded_text(redact(event.failure_reason, secrets))}
             if event.foreign_error is not None:
                 update["foreign_error"] = event.foreign_error.model_copy(
-                    update={"message": redact(event.foreign_error.message, secrets)}
+                    update={"message": bounded_text(redact(event.foreign_error.message, secrets))}
                 )
             changed[event_id] = event.model_copy(update=update)
     if not changed:
@@ -250,9 +285,9 @@ def _encoded_header(report: FailureReport) -> list[tuple[bytes, bytes]]:
     ]
 
 
-def _with_report_header(message: Message, report: FailureReport) -> Message:
+def _with_report_header(message: Message, log_report: FailureReport | None, scope: Scope) -> Message:
     """`message` with one report header: the app's own (an app may reply with its failure without
-    raising) merged with the log's, the app's `failure_id` kept."""
+    raising) merged with the log's, the app's `failure_id` kept, scrubbed and fitted to the bound."""
     headers: list[tuple[bytes, bytes]] = []
     inner: FailureReport | None = None
     for name, value in message.get("headers", ()):
@@ -262,8 +297,35 @@ def _with_report_header(message: Message, report: FailureReport) -> Message:
                 inner = decoded if inner is None else inner.merged(decoded)
         else:
             headers.append((name, value))
-    headers.extend(_encoded_header(report if inner is None else inner.merged(report)))
+    if inner is None:
+        assert log_report is not None
+        report, own = log_report, None
+    else:
+        report = inner if log_report is None else inner.merged(log_report)
+        own = _chain_of(inner)
+    _, encoded = _fitting(_scrubbed(report, scope), own)
+    headers.extend(encoded)
     return {**message, "headers": headers}
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            yield from _leaves(error)
+        else:
+            yield error
+
+
+def _chain_of(report: FailureReport) -> FailureReport | None:
+    """`report`'s own failure and its causes, or `None` when it has no failure."""
+    events: dict[str, FailureEvent] = {}
+    event_id = report.failure_id
+    while event_id is not None and event_id in report.events and event_id not in events:
+        events[event_id] = report.events[event_id]
+        event_id = report.events[event_id].cause_id
+    if not events:
+        return None
+    return FailureReport.model_construct(events=events, failure_id=report.failure_id, omitted=False)
 
 
 def _log_failure(event: FailureEvent, error: BaseException) -> None:
@@ -296,6 +358,7 @@ def stream_failure_field(error: BaseException | None = None) -> dict[str, Any]:
     log = RequestFailureLog.current()
     if isinstance(log, _ServedRequestLog):
         report = _scrubbed(report, log.scope)
+    report, _ = _fitting(report, _chain_of(report))
     value = FailureHeader.stream_value(report)
     return {} if value is None else {FailureHeader.STREAM_FIELD: value}
 
@@ -311,9 +374,14 @@ async def relay_stream(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
     ends (or the consumer stops), observe that report into the current request's log."""
     reader = StreamFailureReportReader()
     iterator = aiter(chunks)
+    observed: FailureReport | None = None
     try:
         async for chunk in iterator:
             reader.feed(chunk)
+            if reader.report is not observed:
+                # At once: a consumer that stops after the terminal event may close us much later.
+                reader.observe()
+                observed = reader.report
             yield chunk
     finally:
         reader.finish()

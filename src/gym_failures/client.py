@@ -25,8 +25,8 @@ Decisions:
   connection after sending, or a 408/500/502/504, may have been delivered and is retried only when the
   call site passes `replay_safe=True`; anything else is final. `Retry-After` is honoured when it fits in
   the remaining budget; when it does not, the failure is final at once rather than retried early.
-- The body excerpt is read from the whole body the client already has or reads now (aiohttp caches
-  it; httpx reads it), then cut to 512 characters and redacted.
+- A failed reply's body is read up to 64 KiB (the whole body when the client already read it, cut),
+  kept as `.content` by `raise_for_status`; its excerpt is the first 512 characters, redacted.
 """
 
 from __future__ import annotations
@@ -55,12 +55,11 @@ from gym_failures.failure_kinds import (
     VERIFIER_ERROR,
     FailureStage,
 )
-from gym_failures.failure_records import FailureBoundary
+from gym_failures.failure_records import FailureBoundary, FailureReport
 from gym_failures.failure_transport import (
-    FailureHeader,
+    _observe_reply,
     observe_failure,
     observe_model_operation,
-    observe_reply,
 )
 from gym_failures.failures import (
     _BY_BOUNDARY,
@@ -96,6 +95,7 @@ __all__ = [
 T = TypeVar("T")
 
 _MAX_EXCERPT = 512
+_MAX_CONTENT = 64 * 1024
 
 DEFAULT_KIND_BY_BOUNDARY: Mapping[FailureBoundary, str] = {
     FailureBoundary.MODEL: MODEL_REQUEST_ERROR,
@@ -124,16 +124,33 @@ def _facts(response: Any) -> tuple[int, Mapping[str, str], str, str]:
 
 
 async def _content(response: Any) -> bytes:
-    if aiohttp is not None and isinstance(response, aiohttp.ClientResponse):
-        try:
-            return await response.read()
-        except Exception:  # the body broke off: the status is still the evidence
-            return b""
+    """The reply's body, at most `_MAX_CONTENT` bytes: a failed reply's body is evidence, not data, and
+    a peer can send one without end. A body the client already read is used as it is (cut)."""
     try:
-        content: bytes = await response.aread()
+        if aiohttp is not None and isinstance(response, aiohttp.ClientResponse):
+            # aiohttp keeps a body read by `read()` here and has no public way to ask for it.
+            body: bytes | None = getattr(response, "_body", None)
+            if body is not None:
+                return body[:_MAX_CONTENT]
+            chunks = bytearray()
+            while len(chunks) < _MAX_CONTENT:
+                chunk = await response.content.read(_MAX_CONTENT - len(chunks))
+                if not chunk:
+                    break
+                chunks += chunk
+            return bytes(chunks)
+        try:
+            return bytes(response.content[:_MAX_CONTENT])
+        except httpx.ResponseNotRead:
+            chunks = bytearray()
+            async for chunk in response.aiter_bytes():
+                chunks += chunk
+                if len(chunks) >= _MAX_CONTENT:
+                    break
+            await response.aclose()
+            return bytes(chunks[:_MAX_CONTENT])
     except Exception:  # the body broke off: the status is still the evidence
         return b""
-    return content
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -141,7 +158,7 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # "²".isdigit() is true too
         return float(value)
     try:
         when = parsedate_to_datetime(value)
@@ -165,9 +182,9 @@ async def _failure_for(
     operation: str | None,
     operation_id: str | None,
     attempt_id: str | None,
+    report: FailureReport | None,
 ) -> tuple[NgFailureEvent, bytes]:
     status, headers, method, url = _facts(response)
-    report = FailureHeader.decode(headers)
     content = await _content(response)
     safe_url = url_without_secrets(url)
     excerpt = redact(content[: 4 * _MAX_EXCERPT].decode("utf-8", "replace"))[:_MAX_EXCERPT]
@@ -213,7 +230,7 @@ async def raise_boundary_failure(
     reply carries no report.
     """
     status, headers, _, _ = _facts(response)
-    observe_reply(headers)
+    report = _observe_reply(headers)
     if 200 <= status < 300:
         return
     failure, _ = await _failure_for(
@@ -224,6 +241,7 @@ async def raise_boundary_failure(
         operation=operation,
         operation_id=operation_id,
         attempt_id=attempt_id,
+        report=report,
     )
     raise failure
 
@@ -279,7 +297,7 @@ async def raise_for_status(
     """Observe `response`'s report; on a 4xx/5xx raise the library's own HTTP error type, carrying the
     rebuilt failure (`.failure`, also its `__cause__`) and the reply's content (`.content`)."""
     status, headers, _, _ = _facts(response)
-    observe_reply(headers)
+    report = _observe_reply(headers)
     if status < 400:
         return
     failure, content = await _failure_for(
@@ -290,6 +308,7 @@ async def raise_for_status(
         operation=None,
         operation_id=None,
         attempt_id=None,
+        report=report,
     )
     error: Exception
     if aiohttp is not None and isinstance(response, aiohttp.ClientResponse):

@@ -35,7 +35,7 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 from functools import cache
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -230,7 +230,6 @@ FailureStage = Literal["admission", "seed", "agent", "verification", "cleanup"]
 """Where in an episode a failure originated: admitting the task, seeding the environment session,
 the agent's run, verification, cleanup."""
 
-_STAGES: tuple[FailureStage, ...] = get_args(FailureStage)
 
 QUOTA_RESET_REGEX = r"resets at (\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC)"
 _QUOTA_RESET_PATTERN = re.compile(QUOTA_RESET_REGEX)

@@ -135,12 +135,17 @@ def observe_failure(error: BaseException) -> None:
 
 def observe_reply(headers: Mapping[str, str] | None) -> None:
     """Record the report a reply from another Gym server forwarded, success or failure."""
-    log = RequestFailureLog.current()
-    if log is None:
-        return
+    if RequestFailureLog.current() is not None:  # outside a request there is nothing to decode for
+        _observe_reply(headers)
+
+
+def _observe_reply(headers: Mapping[str, str] | None) -> FailureReport | None:
+    """`observe_reply`, returning the decoded report for a caller that also rebuilds its failure."""
     report = FailureHeader.decode(headers)
-    if report is not None:
+    log = RequestFailureLog.current()
+    if log is not None and report is not None:
         log.add(report)
+    return report
 
 
 def observe_model_operation(

@@ -92,9 +92,36 @@ def bounded_text(text: str, limit: int = _MAX_REASON) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _bounded_reason(text: str) -> str:
+def _bounded_reason(text: str, limit: int = _MAX_REASON) -> str:
     # Redact before cutting, so a cut never leaves half a secret; pre-cut so redaction stays cheap.
-    return bounded_text(redact(text[: 4 * _MAX_REASON]))
+    return bounded_text(redact(text[: 4 * limit]), limit)
+
+
+# The text fields of the details schemas and their bounds: cut (and the free-text one redacted)
+# rather than refused, so a long provider message never replaces the failure with a ValidationError.
+_DETAIL_TEXTS = {
+    "execution_id": _MAX_NAME,
+    "provider": _MAX_NAME,
+    "sandbox_id": _MAX_NAME,
+    "provider_request_id": _MAX_NAME,
+}
+
+
+def _bounded_details(details: FailureDetails | Mapping[str, Any] | None) -> Any:
+    if details is None:
+        return None
+    if isinstance(details, Mapping):
+        bounded = dict(details)
+        for name, limit in _DETAIL_TEXTS.items():
+            if isinstance(bounded.get(name), str):
+                bounded[name] = bounded_text(bounded[name], limit)
+        if isinstance(bounded.get("provider_status_reason"), str):
+            bounded["provider_status_reason"] = _bounded_reason(bounded["provider_status_reason"])
+        return bounded
+    reason = getattr(details, "provider_status_reason", None)
+    if isinstance(reason, str) and _bounded_reason(reason) != reason:
+        return details.model_copy(update={"provider_status_reason": _bounded_reason(reason)})
+    return details
 
 
 def _http_status(status: object) -> int | None:
@@ -196,12 +223,12 @@ class NgFailureEvent(Exception):
             failure_reason=_bounded_reason(failure_reason),
             stage=stage,
             http_status=_http_status(http_status),
-            operation=operation,
+            operation=None if operation is None else _bounded_reason(operation, _MAX_NAME),
             operation_id=operation_id,
             attempt_id=attempt_id,
-            details=details,
+            details=_bounded_details(details),
             foreign_error=foreign_error,
-            exception_type=exception_type,
+            exception_type=None if exception_type is None else bounded_text(exception_type, _MAX_NAME),
         )
         super().__init__(self._event.failure_reason)
 
@@ -277,7 +304,10 @@ class NgFailureEvent(Exception):
 
     @property
     def remote_report(self) -> FailureReport | None:
-        """The report a rebuilt remote failure arrived with; `None` for a local failure."""
+        """The report a rebuilt remote failure arrived with; `None` for a failure made here.
+
+        An unpickled failure carries its chain this way too, since `__cause__` does not pickle.
+        """
         return self._remote
 
     # --- projections ---------------------------------------------------------------------------
