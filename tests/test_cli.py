@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -391,3 +393,251 @@ def test_a_429_failure_event_is_evaluation_side_in_summarize_and_gate(tmp_path: 
     verdict = json.loads(_invoke("gate", path, "--json").stdout)
     assert summary["by_class"][0]["value"] == "evaluation"
     assert verdict["coverage"]["failed"]["evaluation"] == 1
+
+
+# --- Text from the rows is data ------------------------------------------------------------------
+
+
+MARKUP_ROWS: list[dict[str, Any]] = [
+    {
+        "rollout_id": "0:0",
+        "attempt": 1,
+        "failure": {
+            "failure_kind": "judge_failed",
+            "failure_reason": "judge said [/bold] oops",
+            "stage": "verification",
+            "terminal": False,
+        },
+        "final": True,
+        "final_reason": "attempt_budget_exhausted",
+    },
+    {
+        "rollout_id": "1:0",
+        "attempt": 1,
+        "failure": {
+            "failure_kind": "verifier_error",
+            "failure_reason": "[link=https://evil.example]click[/link] [red]FAKE PASSED",
+            "stage": "verification",
+            "terminal": True,
+        },
+        "final": True,
+        "final_reason": "terminal",
+    },
+    {
+        "rollout_id": "2:0",
+        "attempt": 1,
+        "failure": {"failure_kind": "x:[/k]", "terminal": True},
+        "final": True,
+    },
+]
+
+
+def test_summarize_prints_markup_in_a_reason_as_text(tmp_path: Path) -> None:
+    result = _invoke("summarize", write_jsonl(tmp_path / "f.jsonl", MARKUP_ROWS))
+    assert result.exit_code == 0
+    assert "judge said [/bold] oops" in result.stdout
+    assert "[link=https://evil.example]click[/link] [red]FAKE PASSED" in result.stdout
+    assert "x:[/k]" in result.stdout
+
+
+def test_gate_prints_markup_in_a_kind_as_text(tmp_path: Path) -> None:
+    result = _invoke("gate", write_jsonl(tmp_path / "f.jsonl", MARKUP_ROWS))
+    assert result.exit_code == 1
+    assert "x:[/k]" in result.stdout
+
+
+def test_explain_prints_markup_in_a_reason_as_text(tmp_path: Path) -> None:
+    output = _invoke("explain", write_jsonl(tmp_path / "f.jsonl", MARKUP_ROWS), "--row", "1").stdout
+    assert "[link=https://evil.example]click[/link] [red]FAKE PASSED" in output
+
+
+def _escape_row() -> dict[str, Any]:
+    failure = ModelFailure(failure_kind="model_server_error", stage="agent", http_status=503)
+    row = failure_row(failure, "0:0")
+    reason = "ok\x1b[2J\x1b]0;pwned\x07 title\x9b31m\x7f"
+    row["failure"]["failure_reason"] = reason
+    row["failure"]["failure_kind"] = "model_\x1b[8mserver_error"
+    row[FailureReportRow.EVENTS][failure.event_id]["failure_reason"] = reason
+    row[FailureReportRow.EVENTS][failure.event_id]["boundary"] = "model"
+    row["final_reason"] = "\x1b[31mterminal"
+    return row
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["summarize"], ["gate"], ["explain", "--row", "0"], ["explain", "--rollout", "0:0"]],
+    ids=lambda command: " ".join(command),
+)
+def test_terminal_control_characters_from_a_row_never_reach_the_terminal(
+    tmp_path: Path, command: list[str]
+) -> None:
+    path = write_jsonl(tmp_path / "f.jsonl", [_escape_row()])
+    result = _invoke(command[0], path, *command[1:])
+    assert result.exit_code in (0, 1)
+    for control in ("\x1b", "\x07", "\x9b", "\x7f"):
+        assert control not in result.stdout
+    assert "model_[8mserver_error" in result.stdout
+    if command[0] != "gate":
+        assert "ok[2J]0;pwned title31m" in result.stdout
+
+
+def test_json_output_escapes_c1_characters_and_keeps_the_value(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "f.jsonl", [_escape_row()])
+    result = _invoke("explain", path, "--row", "0", "--json")
+    assert "\x9b" not in result.stdout
+    assert "\\u009b" in result.stdout
+    (explanation,) = json.loads(result.stdout)
+    assert explanation["failure"]["failure_reason"] == "ok\x1b[2J\x1b]0;pwned\x07 title\x9b31m\x7f"
+
+
+# --- explain skips rows that are no rollout rows -------------------------------------------------
+
+
+def test_explain_by_rollout_skips_a_row_with_neither_result_nor_failure(tmp_path: Path) -> None:
+    injected = {"rollout_id": "0:0", "attempt": 1, "server": "model", "fault": "server_error"}
+    write_jsonl(tmp_path / "injected_faults.jsonl", [injected])
+    write_jsonl(tmp_path / "out_failures.jsonl", [failure_row(oom_chain(), "0:0")])
+    explanations = json.loads(_invoke("explain", tmp_path, "--rollout", "0:0", "--json").stdout)
+    assert [item["outcome"] for item in explanations] == ["failure"]
+
+
+def test_explain_by_row_says_a_row_with_neither_result_nor_failure_is_no_rollout_row(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "f.jsonl", [{"rollout_id": "0:0", "fault": "server_error"}])
+    result = _invoke("explain", path, "--row", "0")
+    assert "other line: not a rollout row" in result.stdout
+    assert "success" not in result.stdout
+
+
+# --- gate: the expected count --------------------------------------------------------------------
+
+
+def _two_of_three(tmp_path: Path) -> Path:
+    write_jsonl(tmp_path / "run.jsonl", [success_row("0:0"), success_row("1:0")])
+    manifest = {"version": 2, "input_sha256": "0" * 64, "num_repeats": 1, "expected_rollouts": 3}
+    (tmp_path / "run.manifest.json").write_text(json.dumps(manifest))
+    return tmp_path
+
+
+def test_gate_takes_the_expected_count_from_the_manifest_beside_the_rows(tmp_path: Path) -> None:
+    result = _invoke("gate", _two_of_three(tmp_path))
+    assert result.exit_code == 1
+    assert "2 of 3 scored" in result.stdout
+    assert "1 rollouts missing (maximum 0)" in result.stdout
+    assert "run.manifest.json" in result.stdout
+    assert result.stderr == ""
+
+
+def test_gate_expected_option_overrides_the_manifest(tmp_path: Path) -> None:
+    verdict = json.loads(_invoke("gate", _two_of_three(tmp_path), "--expected", "2", "--json").stdout)
+    assert verdict["passed"] is True
+    assert verdict["coverage"]["expected_source"] == "given"
+
+
+def test_gate_without_a_manifest_warns_that_expected_came_from_the_rows(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "out.jsonl", [success_row("0:0")])
+    result = _invoke("gate", tmp_path, "--json")
+    verdict = json.loads(result.stdout)
+    assert verdict["coverage"]["expected_source"] == "rows_seen"
+    (warning,) = verdict["warnings"]
+    assert "expected was taken from the 1 distinct rollouts seen" in warning
+    assert "Warning: expected was taken from the 1 distinct rollouts seen" in " ".join(result.stderr.split())
+
+
+def test_gate_sees_a_rollout_collect_never_saved_as_missing(tmp_path: Path, agent_url: str) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"mode": "ok"}, {"mode": "ok"}, {"mode": "ok"}])
+    output = tmp_path / "run" / "rollouts.jsonl"
+    _invoke("collect", tasks, "--agent-url", agent_url, "--output", output)
+    lines = output.read_bytes().splitlines(keepends=True)
+    output.write_bytes(b"".join(lines[:2]))  # a rollout whose row was lost
+    coverage = json.loads(_invoke("gate", tmp_path / "run", "--json").stdout)["coverage"]
+    assert (coverage["expected"], coverage["missing"], coverage["expected_source"]) == (3, 1, "manifest")
+
+
+# --- demo: an external policy endpoint -----------------------------------------------------------
+
+
+class _ResponsesEndpoint(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible Responses endpoint standing in for an external provider: it answers every
+    request with a final message from the model the request names."""
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        text = "The answer is 3."
+        reply = {
+            "id": "resp_external",
+            "object": "response",
+            "model": request.get("model"),
+            "status": "completed",
+            "output": [
+                {
+                    "type": "message",
+                    "id": "msg_external",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                }
+            ],
+        }
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def external_endpoint() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ResponsesEndpoint)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_demo_sends_the_policy_to_an_external_endpoint(
+    tmp_path: Path, external_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GYM_DEMO_MODEL_API_KEY", "sk-demo-0123456789abcdefghij")
+    monkeypatch.setenv("GYM_DEMO_MODEL_NAME", "external-model")  # the option's environment variable
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"model": {}}))
+    out = tmp_path / "runs"
+    result = _invoke(
+        "demo",
+        "--out",
+        out,
+        "--rollouts",
+        "3",
+        "--fault-plan",
+        plan,
+        "--model-base-url",
+        external_endpoint,
+        "--stream",
+        "never",
+        "--policy-timeout",
+        "7",
+    )
+    assert result.exit_code == 0, result.stderr
+    (run_dir,) = out.iterdir()
+    demo = json.loads((run_dir / "demo.json").read_text())
+    assert demo["policy"] == {"base_url": external_endpoint, "model": "external-model"}
+    assert demo["fault_plan"]["limits"]["policy_timeout_s"] == 7.0
+    assert json.loads((run_dir / "demo_config.json").read_text())["stream"] == "never"
+    rows = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    assert {row["result"]["response"]["model"] for row in rows} == {"external-model"}
+
+
+def test_demo_refuses_an_external_model_without_its_endpoint(tmp_path: Path) -> None:
+    result = _invoke("demo", "--out", tmp_path, "--model-name", "external-model")
+    assert result.exit_code == 2
+    assert "needs both --model-base-url and --model-name" in result.stderr
+    assert list(tmp_path.iterdir()) == []

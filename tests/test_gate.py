@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gym_failures import gate
+from gym_failures._explain import explain_row
 from gym_failures.failure_kinds import (
     EMPTY_ANSWER,
     GRADING_WITHOUT_VERDICT,
@@ -394,3 +398,155 @@ def test_every_public_name_of_the_gate_is_exported() -> None:
         if not name.startswith("_") and getattr(value, "__module__", None) == gate.__name__
     }
     assert public <= set(gate.__all__)
+
+
+# --- Rows of the wrong shape ---------------------------------------------------------------------
+
+
+def test_a_content_part_whose_type_is_a_list_is_no_answer_and_never_raises() -> None:
+    response = responses_object()
+    response["output"][1]["content"] = [{"type": ["output_text"], "text": "hi"}]
+    assert derive_gate_kind(success_row(response=response)) == EMPTY_ANSWER
+
+
+def test_a_chat_part_whose_type_is_a_mapping_is_no_answer_and_never_raises() -> None:
+    response = chat_completion()
+    response["choices"][0]["message"]["content"] = [{"type": {"output_text": 1}, "text": "hi"}]
+    assert derive_gate_kind(success_row(response=response)) == EMPTY_ANSWER
+
+
+def test_a_stage_that_is_a_list_is_no_evidence_and_the_events_stage_is_used() -> None:
+    # The envelope's stage is unusable: the failure event's (agent) classifies the context limit.
+    row = failure_row(context_limit(), "0:0")
+    row["failure"]["stage"] = ["admission"]
+    assert _coverage([row]).failed == {"model": 1, "evaluation": 0, "unknown": 0}
+
+
+@pytest.mark.parametrize("index", ["x", [1], 1.5, None, True], ids=repr)
+def test_a_rollout_index_of_the_wrong_type_makes_a_rollout_of_its_own(index: object) -> None:
+    row = failure_row(oom_chain(), "0:0")
+    del row["rollout_id"]
+    row["rollout_index"] = index
+    coverage = _coverage([row, success_row("0:0")])
+    assert (coverage.seen, coverage.failed["evaluation"], coverage.scored) == (2, 1, 1)
+
+
+def test_a_line_nested_too_deeply_to_parse_is_an_invalid_line(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "out.jsonl", [success_row("0:0")], tail=b"[" * 100_000 + b"\n")
+    coverage = read_coverage([path], expected=1)
+    assert (coverage.scored, coverage.invalid_lines) == (1, 1)
+
+
+_WORDS = st.sampled_from(
+    ["message", "output_text", "text", "incomplete", "max_output_tokens", "length", "agent", "admission"]
+)
+# Any JSON value, the contract's own words among the strings.
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 600)
+    | st.floats(allow_nan=False)
+    | _WORDS
+    | st.text(max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(_WORDS | st.text(max_size=3), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+def _shaped(**keys: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """A mapping with any of `keys`, each holding its own shape or any JSON value; or any JSON value."""
+    return st.fixed_dictionaries({}, optional={key: value | _json for key, value in keys.items()}) | _json
+
+
+_part = _shaped(type=_WORDS, text=st.text(max_size=3))
+_response = _shaped(
+    status=_WORDS,
+    incomplete_details=_shaped(reason=_WORDS),
+    output=st.lists(
+        _shaped(type=_WORDS, content=st.lists(_part, max_size=2) | st.text(max_size=2)), max_size=2
+    ),
+    output_text=st.text(max_size=3),
+    choices=st.lists(
+        _shaped(finish_reason=_WORDS, message=_shaped(content=st.lists(_part, max_size=2))), max_size=2
+    ),
+)
+_row = _shaped(
+    rollout_id=st.sampled_from(["0:0", "1:0"]),
+    task_index=st.integers(0, 2),
+    rollout_index=st.integers(0, 2),
+    attempt=st.integers(1, 3),
+    final=st.booleans(),
+    failure=_shaped(
+        failure_kind=_WORDS, stage=_WORDS, failure_reason=st.text(max_size=3), terminal=st.booleans()
+    ),
+    result=_shaped(
+        reward=st.floats(allow_nan=False),
+        response=_response,
+        verification=_shaped(verdict=st.booleans(), extracted_answer=st.text(max_size=3)),
+    ),
+    _ng_failure_class=_WORDS,
+    _ng_failure_terminal=st.booleans(),
+    _ng_failure_events=_json,
+    _ng_failure_id=st.text(max_size=3),
+    _ng_failure_events_omitted=st.booleans(),
+).filter(lambda row: isinstance(row, dict))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_row, max_size=4))
+def test_no_row_makes_the_gate_or_explain_raise(rows: list[dict[str, Any]]) -> None:
+    coverage = rollout_coverage(rows)
+    check(coverage)
+    for row in rows:
+        explain_row(row)
+
+
+# --- Expected rollouts from the collection manifest ----------------------------------------------
+
+
+def _manifest(path: Path, expected: int) -> Path:
+    path.write_text(
+        json.dumps({"version": 2, "input_sha256": "0" * 64, "num_repeats": 1, "expected_rollouts": expected})
+    )
+    return path
+
+
+def test_read_coverage_takes_expected_from_the_manifest_beside_the_rows(tmp_path: Path) -> None:
+    rows = write_jsonl(tmp_path / "run.jsonl", [success_row("0:0"), success_row("1:0")])
+    failures = write_jsonl(tmp_path / "run_failures.jsonl", [failure_row(oom_chain(), "2:0")])
+    manifest = _manifest(tmp_path / "run.manifest.json", 5)
+    coverage = read_coverage([rows, failures])
+    assert (coverage.expected, coverage.missing, coverage.expected_source) == (5, 2, "manifest")
+    assert coverage.manifests == [str(manifest)]
+    assert check(coverage).warnings == []
+
+
+def test_the_failure_rows_alone_find_their_runs_manifest(tmp_path: Path) -> None:
+    failures = write_jsonl(tmp_path / "run_failures.jsonl", [failure_row(oom_chain(), "0:0")])
+    _manifest(tmp_path / "run.manifest.json", 3)
+    assert read_coverage([failures]).missing == 2
+
+
+def test_an_expected_count_given_overrides_the_manifest(tmp_path: Path) -> None:
+    rows = write_jsonl(tmp_path / "run.jsonl", [success_row("0:0")])
+    _manifest(tmp_path / "run.manifest.json", 5)
+    coverage = read_coverage([rows], expected=1)
+    assert (coverage.expected, coverage.expected_source, coverage.manifests) == (1, "given", [])
+
+
+def test_another_runs_manifest_in_the_directory_is_not_used(tmp_path: Path) -> None:
+    rows = write_jsonl(tmp_path / "run.jsonl", [success_row("0:0")])
+    _manifest(tmp_path / "other.manifest.json", 5)
+    (tmp_path / "run.manifest.json").write_text("not json")
+    coverage = read_coverage([rows])
+    assert (coverage.expected, coverage.expected_source) == (1, "rows_seen")
+
+
+def test_expected_taken_from_the_rows_seen_is_a_warning_of_the_verdict(tmp_path: Path) -> None:
+    rows = write_jsonl(tmp_path / "run.jsonl", [success_row("0:0")])
+    verdict = check(read_coverage([rows]))
+    assert verdict.passed
+    (warning,) = verdict.warnings
+    assert "expected was taken from the 1 distinct rollouts seen" in warning

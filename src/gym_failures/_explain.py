@@ -11,7 +11,14 @@ invalid); the explanation says so, and a chain that ends in such a report may ha
 A kind this version does not register is shown as saved (`unregistered:<kind>`).
 
 Rows are found by line (`line_row`: 0-based, counting every line of the file, blank and invalid ones
-included, so the number matches `sed -n '<N+1>p'`) or by rollout (`rollout_rows`).
+included, so the number matches `sed -n '<N+1>p'`) or by rollout (`rollout_rows`). A rollout row has a
+`result` (a success) or a `failure`; a row with neither (a record a tool wrote beside the rollouts, such
+as the demo's injected faults) is no outcome of any rollout: `rollout_rows` skips it, as the gate does,
+and `line_row` says what it is (`outcome` `"other"`) rather than calling it a success.
+
+The report is validated when read (`FailureReportRow.report`): every `cause_id` in it names an event of
+the same report, and a report with a dangling cause is invalid as a whole and read as omitted with no
+events. So every cause the tree follows is there to show.
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ class RowExplanation(BaseModel):
     path: str
     line: int | None
     """0-based line number in `path`, when known."""
-    outcome: Literal["success", "failure", "invalid", "torn"]
+    outcome: Literal["success", "failure", "other", "invalid", "torn"]
     rollout_id: str | None = None
     attempt: int | None = None
     final: bool | None = None
@@ -67,7 +74,7 @@ class RowExplanation(BaseModel):
     """The failure (`failure_id`) and its causes."""
     observations: list[EventNode] = []
     problem: str | None = None
-    """Why an invalid or torn line could not be read."""
+    """Why an invalid, torn or other line is no rollout row."""
 
 
 def _node(event_id: str, events: Mapping[str, FailureEvent], shown: set[str], omitted: bool) -> EventNode:
@@ -78,8 +85,9 @@ def _node(event_id: str, events: Mapping[str, FailureEvent], shown: set[str], om
     cause_id = event.cause_id
     if cause_id is None:
         return EventNode(event=data, causes_may_be_omitted=omitted)
-    if cause_id in shown or cause_id not in events:
+    if cause_id in shown:
         return EventNode(event=data, cause_shown_above=cause_id)
+    # A validated report names only causes it holds (see the module docstring).
     return EventNode(event=data, cause=_node(cause_id, events, shown, omitted))
 
 
@@ -98,9 +106,22 @@ def _tree(report: FailureReport) -> tuple[EventNode | None, list[EventNode]]:
     return tree, observations
 
 
+def _is_rollout_row(row: Mapping[str, Any]) -> bool:
+    return "failure" in row or "result" in row
+
+
 def explain_row(row: Mapping[str, Any], path: str = "", line: int | None = None) -> RowExplanation:
     """The explanation of one saved row (any supported form)."""
     row = normalized(row)
+    if not _is_rollout_row(row):
+        rollout = row.get("rollout_id")
+        return RowExplanation(
+            path=path,
+            line=line,
+            outcome="other",
+            rollout_id=rollout if isinstance(rollout, str) else None,
+            problem="not a rollout row: it has neither a result nor a failure",
+        )
     report = FailureReportRow.report(row)
     tree, observations = _tree(report)
     failure = row.get("failure")
@@ -171,7 +192,10 @@ def rollout_rows(paths: Iterable[Path], rollout_id: str) -> list[RowExplanation]
             if not terminated or (plain and needle not in text and b'"rollout_id"' in text):
                 continue
             row, _ = _parsed(text)
-            if row is None or normalized(row).get("rollout_id") != rollout_id:
+            if row is None:
+                continue
+            row = normalized(row)
+            if row.get("rollout_id") != rollout_id or not _is_rollout_row(row):
                 continue
             found.append(explain_row(row, str(path), number))
     return sorted(found, key=lambda item: (item.attempt or 0, item.outcome == "success"))

@@ -12,7 +12,10 @@ read once; memory stays at DuckDB's read buffers plus the distinct keys.
 What is counted:
 
 - A failure row is a row with `failure` (or the legacy `_ng_failure_class`); every one is counted,
-  because each is one failed attempt. `final` counts the failure rows after which no attempt followed
+  because each is one failed attempt. (The one exception, a row a resumed collector wrote to close a
+  rollout past a lowered attempt budget, `closed_on_resume`, repeats its last attempt's failure; it is
+  rare and counted like any other row, so that every count stays a plain sum over the files.)
+  `final` counts the failure rows after which no attempt followed
   (`final` is `true`, or a legacy row's `_ng_failure_terminal`). Shares are of all failure rows.
 - Its kind, stage and reason are the row's `EpisodeFailure`'s; the failure event
   (`_ng_failure_events[_ng_failure_id]`) supplies the boundary and HTTP status, and the kind and

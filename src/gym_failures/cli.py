@@ -5,6 +5,12 @@ Exit status: 0 on success (and when the gate passes), 1 when the gate fails or a
 found, 2 for usage errors (a missing path, a bad option, a refused resume). No command raises on a
 torn or invalid line: such lines are skipped and counted.
 
+Text from the rows (kinds, boundaries, stages, reasons, ids) is data, never markup or terminal
+commands: every such value reaches rich as a `Text` (no `[bold]` or `[link=...]` in a reason is
+interpreted), with the terminal control characters (C0 but tab and newline, DEL, C1) stripped, so an
+escape sequence saved in a reason cannot reach the terminal. `--json` keeps every value as saved; its
+DEL and C1 characters are written as `\\u` escapes (the same JSON), so the document is safe to print too.
+
 Needs the `cli` extra (typer, rich, duckdb); `collect` also needs the `aiohttp` extra.
 """
 
@@ -12,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -61,6 +69,10 @@ PathsArgument = Annotated[
 
 _CLASS_STYLES = {"model": "blue", "evaluation": "red", "unknown": "yellow"}
 
+# Terminal control characters: C0 but tab and newline, DEL, and C1.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_C1 = re.compile("[\x7f-\x9f]")
+
 
 def main() -> None:
     """The console script's entry point."""
@@ -83,7 +95,19 @@ def _stderr() -> Console:
 
 
 def _print_json(text: str) -> None:
-    sys.stdout.write(text + "\n")
+    # JSON escapes C0 itself; DEL and C1 may stand raw in a string, and some terminals act on C1.
+    # Outside strings they cannot occur in valid JSON, so escaping them keeps the same document.
+    sys.stdout.write(_C1.sub(lambda match: f"\\u{ord(match.group()):04x}", text) + "\n")
+
+
+def _clean(value: object) -> str:
+    """Text from a row for the terminal: `(none)` for None, terminal control characters stripped."""
+    return _CONTROL.sub("", "(none)" if value is None else str(value))
+
+
+def _cell(value: object, style: str = "") -> Text:
+    """A value from a row as plain text (never markup) without terminal control characters."""
+    return Text(_clean(value), style=style)
 
 
 @contextmanager
@@ -112,17 +136,13 @@ def _usage_error(message: str) -> typer.Exit:
 # --- summarize ---------------------------------------------------------------------------------
 
 
-def _value(value: object) -> str:
-    return "(none)" if value is None else str(value)
-
-
 def _group_table(title: str, groups: Sequence[GroupCount]) -> Table:
     table = Table(title=f"Failures by {title}", title_justify="left")
     table.add_column(title, overflow="fold")
     for name in ("failure rows", "final", "share"):
         table.add_column(name, justify="right")
     for group in groups:
-        table.add_row(_value(group.value), str(group.count), str(group.final), f"{group.share:.1%}")
+        table.add_row(_cell(group.value), str(group.count), str(group.final), f"{group.share:.1%}")
     return table
 
 
@@ -136,7 +156,7 @@ def _print_summary(summary: Summary) -> None:
         )
     )
     for torn in summary.torn_tails:
-        console.print(Text(f"{torn.path}: torn last line ({torn.bytes} bytes) skipped", style="yellow"))
+        console.print(_cell(f"{torn.path}: torn last line ({torn.bytes} bytes) skipped", style="yellow"))
     classes = Table(title="Failures by class", title_justify="left")
     kinds = Table(title="Failures by kind", title_justify="left")
     kinds.add_column("kind", overflow="fold")
@@ -145,7 +165,7 @@ def _print_summary(summary: Summary) -> None:
         for name in ("failure rows", "final", "share"):
             table.add_column(name, justify="right")
     for group in summary.by_class:
-        name = _value(group.value)
+        name = _clean(group.value)
         classes.add_row(
             Text(name, style=_CLASS_STYLES.get(name, "")),
             str(group.count),
@@ -154,8 +174,8 @@ def _print_summary(summary: Summary) -> None:
         )
     for kind in summary.by_kind:
         kinds.add_row(
-            _value(kind.value),
-            Text(kind.failure_class, style=_CLASS_STYLES.get(kind.failure_class, "")),
+            _cell(kind.value),
+            _cell(kind.failure_class, style=_CLASS_STYLES.get(kind.failure_class, "")),
             str(kind.count),
             str(kind.final),
             f"{kind.share:.1%}",
@@ -183,14 +203,14 @@ def _print_summary(summary: Summary) -> None:
     reasons.add_column("kind")
     reasons.add_column("reason", overflow="fold")
     for reason in summary.top_reasons:
-        reasons.add_row(str(reason.count), _value(reason.kind), reason.reason)
+        reasons.add_row(str(reason.count), _cell(reason.kind), _cell(reason.reason))
     console.print(attempts, reasons)
     if summary.quota_resets:
         resets = Table(title="Quota reset times", title_justify="left")
         resets.add_column("resets at")
         resets.add_column("quota events", justify="right")
         for reset in summary.quota_resets:
-            resets.add_row(reset.resets_at, str(reset.events))
+            resets.add_row(_cell(reset.resets_at), str(reset.events))
         console.print(resets)
 
 
@@ -229,17 +249,17 @@ def summarize(
 def _event_label(node: EventNode, prefix: str) -> Text:
     event = node.event
     label = Text(prefix)
-    label.append(f"[{event.get('boundary', '?')}] ", style="cyan")
-    label.append(str(event.get("failure_kind", "?")), style="bold")
+    label.append(f"[{_clean(event.get('boundary', '?'))}] ", style="cyan")
+    label.append(_clean(event.get("failure_kind", "?")), style="bold")
     for name, key in (("stage", "stage"), ("http", "http_status"), ("operation", "operation")):
         if key in event:
-            label.append(f"  {name}={event[key]}")
-    label.append(f"  id={event.get('event_id')}", style="dim")
+            label.append(f"  {name}={_clean(event[key])}")
+    label.append(f"  id={_clean(event.get('event_id'))}", style="dim")
     if event.get("failure_reason"):
-        label.append(f"\n{event['failure_reason']}", style="italic")
+        label.append(f"\n{_clean(event['failure_reason'])}", style="italic")
     foreign = event.get("foreign_error")
     if isinstance(foreign, dict):
-        label.append(f"\nforeign error: {foreign.get('exception_type')}", style="dim")
+        label.append(f"\nforeign error: {_clean(foreign.get('exception_type'))}", style="dim")
     return label
 
 
@@ -248,18 +268,18 @@ def _add_chain(tree: Tree, node: EventNode, prefix: str) -> None:
     if node.cause is not None:
         _add_chain(branch, node.cause, "caused by ")
     elif node.cause_shown_above is not None:
-        branch.add(Text(f"caused by {node.cause_shown_above} (shown above)", style="dim"))
+        branch.add(_cell(f"caused by {node.cause_shown_above} (shown above)", style="dim"))
     elif node.causes_may_be_omitted:
         branch.add(Text("[omitted] causes may have been lost on the way", style="yellow"))
 
 
 def _explanation_tree(explanation: RowExplanation) -> Tree:
     where = f"{explanation.path}:{explanation.line}" if explanation.line is not None else explanation.path
-    title = Text(f"{where}  ", style="dim")
-    if explanation.outcome in ("invalid", "torn"):
-        title.append(f"{explanation.outcome} line: {explanation.problem}", style="yellow")
+    title = Text(f"{_clean(where)}  ", style="dim")
+    if explanation.outcome in ("invalid", "torn", "other"):
+        title.append(f"{explanation.outcome} line: {_clean(explanation.problem)}", style="yellow")
         return Tree(title)
-    title.append(f"rollout {explanation.rollout_id or '(unknown)'}", style="bold")
+    title.append(f"rollout {_clean(explanation.rollout_id or '(unknown)')}", style="bold")
     title.append(f" · attempt {explanation.attempt if explanation.attempt is not None else '?'} · ")
     if explanation.outcome == "success":
         title.append("success", style="green")
@@ -268,19 +288,19 @@ def _explanation_tree(explanation: RowExplanation) -> Tree:
     else:
         title.append("failure", style="red")
         if explanation.final:
-            title.append(f" · final ({explanation.final_reason or 'final'})")
+            title.append(f" · final ({_clean(explanation.final_reason or 'final')})")
         elif explanation.final is False:
             title.append(" · retried")
     tree = Tree(title)
     failure = explanation.failure
     if failure is not None:
         text = Text("episode failure: ")
-        text.append(str(failure.get("failure_kind") or "(no kind)"), style="bold")
+        text.append(_clean(failure.get("failure_kind") or "(no kind)"), style="bold")
         if failure.get("stage"):
-            text.append(f"  stage={failure['stage']}")
-        text.append(f"  terminal={str(failure.get('terminal')).lower()}")
+            text.append(f"  stage={_clean(failure['stage'])}")
+        text.append(f"  terminal={_clean(failure.get('terminal')).lower()}")
         if failure.get("failure_reason"):
-            text.append(f"\n{failure['failure_reason']}", style="italic")
+            text.append(f"\n{_clean(failure['failure_reason'])}", style="italic")
         tree.add(text)
     if explanation.omitted:
         tree.add(Text("[omitted] this report lost events on the way (too large, or invalid)", style="yellow"))
@@ -336,7 +356,7 @@ def explain(
         for explanation in explanations:
             console.print(_explanation_tree(explanation))
     if not explanations:
-        _stderr().print(Text(missing, style="red"))
+        _stderr().print(_cell(missing, style="red"))
         raise typer.Exit(code=1)
 
 
@@ -367,13 +387,15 @@ def _print_verdict(verdict: acceptance.GateVerdict) -> None:
         add("unexpected", coverage.unexpected)
     console = _stdout()
     console.print(table)
+    if coverage.expected_source == "manifest":
+        console.print(_cell(f"expected from {', '.join(coverage.manifests)}", style="dim"))
     kinds = Counter(coverage.failed_by_kind) + Counter(coverage.gate_derived_by_kind)
     if kinds:
         by_kind = Table(title="Outcomes by kind", title_justify="left")
         by_kind.add_column("kind")
         by_kind.add_column("rollouts", justify="right")
         for kind, count in sorted(kinds.items(), key=lambda item: (-item[1], item[0])):
-            by_kind.add_row(kind, str(count))
+            by_kind.add_row(_cell(kind), str(count))
         console.print(by_kind)
     notes = [f"{coverage.retried_attempts} retried attempts (not outcomes)"]
     if coverage.invalid_lines or coverage.torn_tails or coverage.other_rows:
@@ -396,7 +418,12 @@ def gate(
     paths: PathsArgument,
     expected: Annotated[
         int | None,
-        typer.Option("--expected", min=0, help="Rollouts expected (default: the distinct rollouts seen)."),
+        typer.Option(
+            "--expected",
+            min=0,
+            help="Rollouts expected (default: the collection manifest beside the rows, "
+            "<output>.manifest.json; without one, the distinct rollouts seen, with a warning).",
+        ),
     ] = None,
     min_scored_share: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Least share of expected rollouts scored.")
@@ -421,6 +448,8 @@ def gate(
     )
     coverage = acceptance.read_coverage(input_files(paths), expected)
     verdict = acceptance.check(coverage, thresholds)
+    for warning in verdict.warnings:
+        _stderr().print(Text(f"Warning: {warning}", style="yellow"))
     if json_output:
         _print_json(verdict.model_dump_json(indent=2))
     else:
@@ -521,6 +550,12 @@ def _most_telling_failure(failures_path: Path) -> int | None:
     return None if best is None else -best[2]
 
 
+class _StreamMode(StrEnum):
+    AUTO = "auto"
+    ALWAYS = "always"
+    NEVER = "never"
+
+
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option("--out", help="Parent of the run directory.")] = Path("runs"),
@@ -531,6 +566,31 @@ def demo(
         typer.Option(exists=True, dir_okay=False, help="A fault plan JSON file (default: the packaged one)."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the scripted policy and the fault draws.")] = 0,
+    model_base_url: Annotated[
+        str | None,
+        typer.Option(
+            "--model-base-url",
+            envvar="GYM_DEMO_MODEL_BASE_URL",
+            help="An OpenAI-compatible base URL for the policy instead of the scripted one; the key "
+            "comes from $GYM_DEMO_MODEL_API_KEY or $OPENAI_API_KEY.",
+        ),
+    ] = None,
+    model_name: Annotated[
+        str | None,
+        typer.Option("--model-name", envvar="GYM_DEMO_MODEL_NAME", help="The external policy model."),
+    ] = None,
+    stream: Annotated[
+        _StreamMode, typer.Option("--stream", help="Whether the policy's calls stream their replies.")
+    ] = _StreamMode.AUTO,
+    policy_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--policy-timeout",
+            min=0.001,
+            help="Seconds one policy call may take (default: the fault plan's, or 60 with an "
+            "external model).",
+        ),
+    ] = None,
 ) -> None:
     """Run the local demo gym with injected faults, then summarize, gate and explain what it saved.
 
@@ -538,6 +598,10 @@ def demo(
     loopback, collects the rollouts into `<out>/<timestamp>/`, prints the summary, the gate's verdict
     and the cause tree of the most telling failed rollout, and writes `report.html` there.
     """
+    if (model_base_url is None) != (model_name is None):
+        raise _usage_error("an external policy needs both --model-base-url and --model-name")
+    if policy_timeout is None and model_base_url is not None:
+        policy_timeout = 60.0  # a real model generates for seconds, not the scripted milliseconds
     try:
         from gym_failures.demo import run_demo
     except ImportError as error:
@@ -554,6 +618,10 @@ def demo(
                 concurrency=concurrency,
                 fault_plan=fault_plan,
                 seed=seed,
+                policy_base_url=model_base_url,
+                policy_model=model_name,
+                stream=stream.value,
+                policy_timeout_s=policy_timeout,
                 on_progress=on_progress,
             )
         except KeyboardInterrupt:
@@ -574,11 +642,10 @@ def demo(
         console.rule("The failed attempt with the longest cause chain")
         console.print(_explanation_tree(explanation))
     console.rule("Files")
-    console.print(f"rows:        {files[0]}\nfailures:    {files[1]}\nHTML report: {report}")
+    console.print(_cell(f"rows:        {files[0]}\nfailures:    {files[1]}\nHTML report: {report}"))
     console.print(
         Text(
-            f"Next: gym-failures explain {files[1]} --rollout <id>   "
-            f"gym-failures gate {run_dir} --expected {rollouts}",
+            f"Next: gym-failures explain {files[1]} --rollout <id>   gym-failures gate {run_dir}",
             style="dim",
         )
     )

@@ -17,7 +17,11 @@ from starlette.routing import Route
 
 from gym_failures.asgi import FailureReportMiddleware
 from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure
-from gym_failures.failure_transport import observe_failure, reply_failure_report
+from gym_failures.failure_transport import (
+    observe_failure,
+    reply_failure_report,
+    report_for_current_request,
+)
 from gym_failures.failures import AgentFailure, ModelFailure, SandboxFailure
 
 
@@ -54,6 +58,25 @@ async def run(request: Request) -> Response:
         raise ModelFailure(failure_kind="model_server_error", failure_reason="upstream 503", http_status=503)
     if mode == "garbage":
         return JSONResponse({"reward": 0.0})
+    if mode == "echo":
+        # The task as the agent received it, for tests of what the collector sends.
+        return JSONResponse(BaseEpisodeResponse(result={"reward": 1.0, "task": task}).model_dump(mode="json"))
+    if mode in ("big_report", "dropped_report"):
+        # Retried model calls, each observed: 20 make a report over the header's 4096 bytes (sent
+        # whole in the body); 70 also pass the log's 64 events, so the report itself lost events.
+        count = 20 if mode == "big_report" else 70
+        for index in range(count):
+            observe_failure(
+                ModelFailure(
+                    failure_kind="model_server_error",
+                    failure_reason=f"retry {index}: " + "x" * 150,
+                    http_status=500,
+                )
+            )
+        reply = BaseEpisodeResponse(result={"reward": 1.0}, failure_report=report_for_current_request(None))
+        return JSONResponse(reply.model_dump(mode="json"))
+    if mode == "nan_reward":
+        return Response(b'{"result": {"reward": NaN}}', media_type="application/json")
     raise ValueError(f"unknown mode {mode!r}")
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
+import math
 import os
 import signal
 import socket
@@ -17,14 +19,20 @@ from typing import Any
 import pytest
 
 from gym_failures.collection import (
+    NONFINITE,
     CollectionConfig,
     JsonlScan,
+    RowWriter,
+    TaskScan,
     collect,
     read_rows,
+    read_tasks,
     repair_torn_tail,
 )
+from gym_failures.collection import _run as collection_run
 from gym_failures.failure_kinds import (
     AGENT_RUN_ERROR,
+    COLLECTION_DISPATCH_FAILED,
     COLLECTION_RESUME_REFUSED,
     ENVIRONMENT_PROTOCOL_VIOLATION,
     MODEL_SERVER_ERROR,
@@ -334,3 +342,249 @@ async def test_a_collector_killed_mid_run_resumes_without_loss_or_duplicates(
     for rollout, attempt in keys:
         by_rollout.setdefault(rollout, []).append(attempt)
     assert all(sorted(attempts) == list(range(1, len(attempts) + 1)) for attempts in by_rollout.values())
+
+
+# --- A reply that cannot be read, an unexpected fault ----------------------------------------------
+
+
+async def test_a_reply_aiohttp_cannot_read_is_a_retryable_protocol_violation(tmp_path: Path) -> None:
+    # A header line over aiohttp's 8190 bytes: aiohttp raises ClientResponseError 400, quoting the bytes.
+    async def oversized_header(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.write(b"HTTP/1.1 200 OK\r\nX-Big: " + b"q" * 9000 + b"\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(oversized_header, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        tasks = [{"id": "a", "mode": "ok"}, {"id": "b", "mode": "ok"}]
+        config = _config(tmp_path, f"http://127.0.0.1:{port}", tasks, max_attempts=2)
+        summary = await collect(config)
+    rows = _rows(config.failures_path)
+    assert (summary.attempts, summary.failed_final) == (4, 2)
+    assert sorted((row["rollout_id"], row["attempt"], row["final"]) for row in rows) == [
+        ("0:0", 1, False),
+        ("0:0", 2, True),
+        ("1:0", 1, False),
+        ("1:0", 2, True),
+    ]
+    report = FailureReportRow.report(rows[0])
+    assert report.failure_id is not None
+    event = report.events[report.failure_id]
+    assert (event.boundary, event.failure_kind) == (
+        FailureBoundary.COLLECTION,
+        ENVIRONMENT_PROTOCOL_VIOLATION,
+    )
+    assert event.exception_type == "aiohttp.client_exceptions.ClientResponseError"
+    assert "ClientResponseError" in event.failure_reason
+    assert b"qqqq" not in config.failures_path.read_bytes(), "the reply's bytes are never saved"
+
+
+async def test_an_unexpected_error_in_one_rollout_is_recorded_and_the_others_go_on(
+    tmp_path: Path, agent_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No real reply makes the collector fail unexpectedly; inject one fault into its reading.
+    real = collection_run._episode_response
+    calls = 0
+
+    def fails_once(body: bytes, url: str) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("text that must not be saved")
+        return real(body, url)
+
+    monkeypatch.setattr(collection_run, "_episode_response", fails_once)
+    tasks = [{"mode": "ok"}, {"mode": "ok"}, {"mode": "ok"}]
+    config = _config(tmp_path, agent_url, tasks, max_attempts=1, concurrency=3)
+    summary = await collect(config)
+    assert (summary.succeeded, summary.failed_final, summary.dispatch_errors) == (2, 1, 1)
+    (row,) = _rows(config.failures_path)
+    assert row["failure"]["failure_kind"] == COLLECTION_DISPATCH_FAILED
+    assert "RuntimeError" in row["failure"]["failure_reason"]
+    assert b"must not be saved" not in config.failures_path.read_bytes()
+
+
+# --- Tasks -----------------------------------------------------------------------------------------
+
+
+async def test_a_task_index_is_its_line_number_and_an_unterminated_last_task_is_a_task(
+    tmp_path: Path, agent_url: str
+) -> None:
+    config = _config(tmp_path, agent_url, [])
+    config.input_path.write_bytes(
+        b'{"id": "a", "mode": "echo"}\n'
+        b"\n"
+        b"[1, 2]\n"
+        b'{"id": "b", "mode": "echo", "task_index": 7}'  # no newline: the input is never appended to
+    )
+    summary = await collect(config)
+    assert (summary.tasks, summary.blank_task_lines, summary.invalid_task_lines) == (2, 1, 1)
+    assert (summary.expected, summary.succeeded) == (2, 2)
+    rows = sorted(_rows(config.output_path), key=lambda row: int(row["task_index"]))
+    assert [(row["task_index"], row["rollout_id"], row["task_id"]) for row in rows] == [
+        (0, "0:0", "a"),
+        (3, "3:0", "b"),
+    ]
+    # The task reached the agent as written: nothing (such as a rollout id) was added to it.
+    assert rows[1]["result"]["task"] == {"id": "b", "mode": "echo", "task_index": 7}
+
+
+def test_reading_tasks_counts_every_line_and_reports_the_skipped_ones(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(b'{"id": 1}\n  \nnot json\n' + b"[" * 100_000 + b'\n{"id": 2}')
+    scan = TaskScan(path)
+    assert list(read_tasks(path, scan)) == [(0, {"id": 1}), (4, {"id": 2})]
+    assert (scan.tasks, scan.blank_lines, scan.invalid_lines) == (2, 1, [2, 3])
+
+
+# --- The report of a reply -------------------------------------------------------------------------
+
+
+async def test_a_report_too_large_for_the_header_is_saved_whole_from_the_body(
+    tmp_path: Path, agent_url: str
+) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "big_report"}])
+    await collect(config)
+    (row,) = _rows(config.output_path)
+    report = FailureReportRow.report(row)
+    assert len(report.events) == 20
+    assert report.omitted is False, "the header's omitted marker only said the report did not fit it"
+
+
+async def test_a_report_that_lost_events_on_the_way_stays_omitted(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "dropped_report"}])
+    await collect(config)
+    (row,) = _rows(config.output_path)
+    report = FailureReportRow.report(row)
+    assert len(report.events) == 64
+    assert report.omitted is True
+
+
+# --- The manifest and the lock ---------------------------------------------------------------------
+
+
+async def test_the_manifest_holds_the_rollouts_expected(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "ok"}, {"mode": "terminal"}], num_repeats=3)
+    await collect(config)
+    manifest = json.loads(config.manifest_path.read_text())
+    assert manifest["expected_rollouts"] == 6
+    assert manifest["num_repeats"] == 3
+
+
+async def test_a_manifest_without_the_expected_count_still_resumes(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "ok"}])
+    await collect(config)
+    manifest = json.loads(config.manifest_path.read_text())
+    del manifest["expected_rollouts"]
+    config.manifest_path.write_text(json.dumps({**manifest, "version": 1}))
+    again = await collect(config)
+    assert (again.already_done, again.attempts) == (1, 0)
+    assert json.loads(config.manifest_path.read_text())["expected_rollouts"] == 1
+
+
+async def test_the_manifest_is_replaced_whole_never_rewritten_in_place(
+    tmp_path: Path, agent_url: str
+) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "ok"}])
+    await collect(config)
+    first = config.manifest_path.stat().st_ino
+    await collect(config)
+    assert config.manifest_path.stat().st_ino != first, "written to a new file, then renamed over"
+    assert sorted(path.name for path in config.manifest_path.parent.iterdir()) == [
+        "rollouts.jsonl",
+        "rollouts.lock",
+        "rollouts.manifest.json",
+        "rollouts_failures.jsonl",
+    ]
+
+
+async def test_a_second_collector_on_the_same_output_is_refused(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "ok", "sleep": 0.3}])
+    first = asyncio.create_task(collect(config))
+    await asyncio.sleep(0)  # the first run takes the lock before its first await
+    with pytest.raises(CollectionFailure) as refused:
+        await collect(config.model_copy(update={"force_resume": True}))
+    assert refused.value.failure_kind == COLLECTION_RESUME_REFUSED
+    assert "another collector is writing" in refused.value.failure_reason
+    assert f"process {os.getpid()} holds {config.lock_path}" in refused.value.failure_reason
+    summary = await first
+    assert (summary.attempts, len(_rows(config.output_path))) == (1, 1)
+
+
+async def test_the_lock_is_held_against_another_process(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "ok"}])
+    config.lock_path.parent.mkdir(parents=True)
+    with config.lock_path.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(CollectionFailure):
+            await collect(config)
+    assert not config.output_path.exists()
+    assert (await collect(config)).succeeded == 1
+
+
+# --- Non-finite numbers ----------------------------------------------------------------------------
+
+
+def _strict_json(line: bytes) -> Any:
+    def refuse(constant: str) -> None:
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_the_row_writer_never_writes_nan_or_infinity(tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    with RowWriter(path) as writer:
+        writer.write({"reward": math.nan, "result": {"a/b": [1.5, -math.inf, math.inf]}, "ok": 2.0})
+    row = _strict_json(path.read_bytes())
+    assert row["reward"] is None
+    assert row["result"] == {"a/b": [1.5, None, None]}
+    assert row["ok"] == 2.0
+    assert row[NONFINITE] == {"/reward": "NaN", "/result/a~1b/1": "-Infinity", "/result/a~1b/2": "Infinity"}
+
+
+async def test_a_reply_with_a_nan_reward_is_a_protocol_violation(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "nan_reward"}], max_attempts=1)
+    summary = await collect(config)
+    assert (summary.succeeded, summary.failed_final) == (0, 1)
+    assert not config.output_path.read_bytes()
+    (line,) = config.failures_path.read_bytes().splitlines()
+    row = _strict_json(line)
+    assert row["failure"]["failure_kind"] == ENVIRONMENT_PROTOCOL_VIOLATION
+    assert "reward is nan" in row["failure"]["failure_reason"]
+
+
+# --- A budget lowered on resume --------------------------------------------------------------------
+
+
+async def test_a_rollout_past_a_lowered_budget_is_closed_without_a_dispatch(
+    tmp_path: Path, agent_url: str
+) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "always_fail"}, {"mode": "always_fail"}], max_attempts=3)
+    await collect(config)
+    # As if the collector was killed after each rollout's second attempt.
+    kept = [row for row in _rows(config.failures_path) if row["attempt"] <= 2]
+    config.failures_path.write_text("".join(json.dumps(row) + "\n" for row in kept))
+    summary = await collect(config.model_copy(update={"max_attempts": 2}))
+    assert (summary.attempts, summary.closed_on_resume, summary.failed_final) == (0, 2, 2)
+    rows = _rows(config.failures_path)
+    closing = rows[len(kept) :]
+    assert len(closing) == 2
+    for row in closing:
+        last = next(old for old in kept if old["rollout_id"] == row["rollout_id"] and old["attempt"] == 2)
+        assert row == {
+            **last,
+            "final": True,
+            "final_reason": "attempt_budget_exhausted",
+            "closed_on_resume": True,
+        }
+    again = await collect(config.model_copy(update={"max_attempts": 2}))
+    assert (again.already_done, again.attempts, again.closed_on_resume) == (2, 0, 0)
+
+
+async def test_an_invalid_agent_url_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="agent_url"):
+        _config(tmp_path, "127.0.0.1:8000", [{"mode": "ok"}])
+    assert not (tmp_path / "out").exists()

@@ -11,10 +11,14 @@ from typing import TYPE_CHECKING, Any
 from gym_failures.collection._rows import (
     LEGACY_CLASS,
     LEGACY_TERMINAL,
+    NONFINITE,
     JsonlScan,
     RowWriter,
+    TaskScan,
+    manifest_expected_rollouts,
     normalized,
     read_rows,
+    read_tasks,
     repair_torn_tail,
     rollout_id,
 )
@@ -25,14 +29,18 @@ if TYPE_CHECKING:
 __all__ = [
     "LEGACY_CLASS",
     "LEGACY_TERMINAL",
+    "NONFINITE",
     "CollectionConfig",
     "CollectionSummary",
     "Collector",
     "JsonlScan",
     "RowWriter",
+    "TaskScan",
     "collect",
+    "manifest_expected_rollouts",
     "normalized",
     "read_rows",
+    "read_tasks",
     "repair_torn_tail",
     "rollout_id",
 ]

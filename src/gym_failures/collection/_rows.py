@@ -2,8 +2,9 @@
 
 Row contract (one JSON object a line; every row has these keys):
 
-- `task_index` (int): the task's line number in the input (0-based); `task_id`: the input row's `id`
-  or `task_id`, when it has one;
+- `task_index` (int): the task's line number in the input (0-based; every line counts, blank and
+  invalid ones too, which are skipped: `read_tasks`); `task_id`: the input row's `id` or `task_id`,
+  when it has one;
 - `rollout_index` (int): which of the task's `num_repeats` rollouts; `rollout_id`:
   `"<task_index>:<rollout_index>"`;
 - `attempt` (int, from 1): which attempt at that rollout;
@@ -15,6 +16,18 @@ from `result["reward"]`). A failure row (in `<output>_failures.jsonl`) adds `fai
 `EpisodeFailure`), `final` (no attempt will follow) and `final_reason` (`terminal` or
 `attempt_budget_exhausted`, `null` while retries remain); it never has a `reward`.
 
+One row is one attempt, with one exception: a rollout whose recorded attempts already use up the
+attempt budget of a resumed run (its `max_attempts` was lowered) is closed without a dispatch, by a
+copy of its last failure row with `final` true, `final_reason` `attempt_budget_exhausted` and
+`closed_on_resume` true. That row repeats the attempt number it copies.
+
+Rows are standard JSON (RFC 8259): `RowWriter` never writes `NaN` or `Infinity`. A non-finite number
+in a row (a result's field, say) is written as `null`, and its text (`"NaN"`, `"Infinity"`,
+`"-Infinity"`) is kept under `_ng_nonfinite`, keyed by the value's JSON pointer in the row (RFC 6901,
+such as `/result/reward`). A reader that does not know the key still reads a valid row, and nothing is
+silently turned into a number. (The collector itself refuses a reply whose reward is not finite; see
+`gym_failures.collection._run`.)
+
 Earlier NeMo Gym runs saved failures in a sidecar form, `_ng_failure_class` (the failure's label) and
 `_ng_failure_terminal`; `normalized` reads such a row as a failure row (final when terminal).
 """
@@ -23,8 +36,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +47,10 @@ LOGGER = logging.getLogger("gym_failures.collection")
 
 LEGACY_CLASS = "_ng_failure_class"
 LEGACY_TERMINAL = "_ng_failure_terminal"
+NONFINITE = "_ng_nonfinite"
+"""The row key that keeps the text of the non-finite numbers `RowWriter` wrote as `null`."""
+MANIFEST_SUFFIX = ".manifest.json"
+FAILURES_SUFFIX = "_failures"
 
 
 def rollout_id(task_index: int, rollout_index: int) -> str:
@@ -53,9 +71,62 @@ def normalized(row: Mapping[str, Any]) -> dict[str, Any]:
         result.setdefault("final", terminal)
         result.setdefault("final_reason", "terminal" if terminal else None)
         result.setdefault("attempt", 1)
-    if "rollout_id" not in result and isinstance(result.get("task_index"), int):
-        result["rollout_id"] = rollout_id(result["task_index"], int(result.get("rollout_index", 0)))
+    if "rollout_id" not in result:
+        # Only real integers make an id: a row is never refused (nor raises) for a bad index; without
+        # an id it is a rollout of its own.
+        task_index, rollout_index = result.get("task_index"), result.get("rollout_index", 0)
+        if type(task_index) is int and type(rollout_index) is int:
+            result["rollout_id"] = rollout_id(task_index, rollout_index)
     return result
+
+
+def manifest_path(output_path: Path) -> Path:
+    """The collection manifest of the run whose success rows are `output_path` (`<output>.jsonl`)."""
+    return output_path.with_name(f"{output_path.stem}{MANIFEST_SUFFIX}")
+
+
+def failures_path(output_path: Path) -> Path:
+    """The failure rows of the run whose success rows are `output_path`."""
+    return output_path.with_name(f"{output_path.stem}{FAILURES_SUFFIX}.jsonl")
+
+
+def _manifest_candidates(rows_path: Path) -> list[Path]:
+    candidates = [manifest_path(rows_path)]
+    stem = rows_path.stem
+    if stem.endswith(FAILURES_SUFFIX) and len(stem) > len(FAILURES_SUFFIX):
+        candidates.append(rows_path.with_name(f"{stem[: -len(FAILURES_SUFFIX)]}{MANIFEST_SUFFIX}"))
+    return candidates
+
+
+def manifest_expected_rollouts(rows_paths: Iterable[Path]) -> tuple[int | None, list[Path]]:
+    """The rollouts the collection runs of `rows_paths` expected, from their manifests, and the
+    manifests read; `(None, [])` when no row file has a manifest with `expected_rollouts` beside it.
+
+    A row file's manifest is the one named for its run: `<output>.manifest.json` beside
+    `<output>.jsonl` or `<output>_failures.jsonl`. Files of several runs sum their runs' figures. A
+    manifest that cannot be read, or that predates `expected_rollouts`, counts as none.
+    """
+    found: dict[Path, int] = {}
+    for rows_path in rows_paths:
+        for candidate in _manifest_candidates(rows_path):
+            if candidate in found:
+                break
+            expected = _read_expected(candidate)
+            if expected is not None:
+                found[candidate] = expected
+                break
+    if not found:
+        return None, []
+    return sum(found.values()), sorted(found)
+
+
+def _read_expected(path: Path) -> int | None:
+    try:
+        manifest = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    expected = manifest.get("expected_rollouts") if isinstance(manifest, dict) else None
+    return expected if type(expected) is int and expected >= 0 else None
 
 
 @dataclass
@@ -83,7 +154,7 @@ def read_rows(path: Path, scan: JsonlScan | None = None) -> Iterator[dict[str, A
                 return
             try:
                 row = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 row = None
             if not isinstance(row, dict):
                 if line.strip():
@@ -92,6 +163,43 @@ def read_rows(path: Path, scan: JsonlScan | None = None) -> Iterator[dict[str, A
                 continue
             scan.rows += 1
             yield normalized(row)
+
+
+@dataclass
+class TaskScan:
+    """What reading a task file found besides its tasks."""
+
+    path: Path
+    tasks: int = 0
+    blank_lines: int = 0
+    invalid_lines: list[int] = field(default_factory=list)
+    """0-based line numbers of lines that are not a JSON object (each the task index it would have had)."""
+
+
+def read_tasks(path: Path, scan: TaskScan | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Every task of the JSONL input `path` with its task index: its 0-based line number.
+
+    Every line counts, so a task's index is where it sits in the file (`sed -n '<N+1>p'`) whatever
+    lines come before it. A blank line, or one that is not a JSON object, is skipped and counted in
+    `scan`. The input is written once, never appended to, so an unterminated last line is an
+    ordinary last task, not a torn append. A task is read as written: `normalized` is for saved rows.
+    """
+    scan = scan if scan is not None else TaskScan(path)
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle):
+            if not line.strip():
+                scan.blank_lines += 1
+                continue
+            try:
+                task = json.loads(line)
+            except (ValueError, RecursionError):
+                task = None
+            if not isinstance(task, dict):
+                scan.invalid_lines.append(number)
+                LOGGER.warning("%s:%d: a task line that is not a JSON object, skipped", path, number)
+                continue
+            scan.tasks += 1
+            yield number, task
 
 
 def repair_torn_tail(path: Path) -> bytes | None:
@@ -129,10 +237,49 @@ def repair_torn_tail(path: Path) -> bytes | None:
     return torn
 
 
+def _pointer_part(key: object) -> str:
+    return str(key).replace("~", "~0").replace("/", "~1")
+
+
+def _finite(value: Any, pointer: str, found: dict[str, str]) -> Any:
+    """`value` with every non-finite float replaced by None, its text noted in `found` by JSON pointer."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        found[pointer] = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        return None
+    if isinstance(value, Mapping):
+        return {key: _finite(item, f"{pointer}/{_pointer_part(key)}", found) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item, f"{pointer}/{index}", found) for index, item in enumerate(value)]
+    return value
+
+
+def _dumps(row: Mapping[str, Any]) -> str:
+    return json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _encoded(row: Mapping[str, Any]) -> bytes:
+    """`row` as one line of standard JSON (see the module docstring for non-finite numbers)."""
+    try:
+        return (_dumps(row) + "\n").encode()
+    except ValueError:
+        found: dict[str, str] = {}
+        clean: dict[str, Any] = _finite(row, "", found)
+        if not found:
+            raise  # no number is at fault: a circular reference, a programming error
+        previous = clean.get(NONFINITE)
+        clean[NONFINITE] = {**previous, **found} if isinstance(previous, dict) else found
+        LOGGER.warning("a row held %d non-finite number(s), written as null: %s", len(found), sorted(found))
+        return (_dumps(clean) + "\n").encode()
+
+
 class RowWriter:
     """Append rows to a JSONL file, one `write` per row, flushed to the OS at once.
 
-    One write call per line means a killed collector leaves at most one torn line, at the end.
+    One write call per line means a killed collector leaves at most one torn line, at the end. Every
+    line is standard JSON: a non-finite number is written as `null`, its text kept under
+    `_ng_nonfinite` (see the module docstring).
     """
 
     def __init__(self, path: Path) -> None:
@@ -141,8 +288,7 @@ class RowWriter:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, row: Mapping[str, Any]) -> None:
-        data = (json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
-        view = memoryview(data)
+        view = memoryview(_encoded(row))
         while view:
             written = os.write(self._fd, view)
             view = view[written:]

@@ -1,5 +1,10 @@
 """The collector: dispatch rollouts to an agent server, save each attempt's outcome and failure report.
 
+Tasks: the input is JSONL, one task object a line (`read_tasks`). A task's index is its 0-based line
+number, every line counted; blank lines and lines that are not a JSON object are skipped and counted
+(`CollectionSummary.blank_task_lines`, `invalid_task_lines`). The input is written once and never
+appended to, so an unterminated last line is an ordinary task. Tasks are sent as written.
+
 Protocol with the agent server: `POST <agent_url>/run` with the JSON body
 `{"task": <input row>, "rollout_id": "<task>:<rollout>", "attempt": <n>}`; the reply is a
 `BaseEpisodeResponse` (exactly one of `result` or `failure`, and `failure_report`), with the
@@ -7,44 +12,93 @@ Protocol with the agent server: `POST <agent_url>/run` with the JSON body
 `raise_boundary_failure`); a reply that never arrives is the collector's own failure, of boundary
 `collection` and a transport kind, with the transport error as its cause.
 
+The collector's own failures, each recorded as a failed attempt (retried within the budget), never
+raised out of the run:
+
+- A reply that cannot be read as HTTP (an `aiohttp.ClientError` the transport mapping does not name,
+  such as aiohttp's refusal of a header line over 8190 bytes) or a 2xx reply that is no valid episode
+  response, or whose reward is not a finite number (`NaN` is not a reward a trainer can use; no
+  result is saved with it): `environment_protocol_violation`. The reason names the error's type,
+  never its text, which quotes the reply's bytes.
+- Any other exception while one attempt is dispatched or read (a fault of the collector itself):
+  `collection_dispatch_failed`, logged with its traceback. One rollout's fault never cancels the
+  others.
+
+An error while saving a row (a full disk) is not an attempt's outcome: it ends the run and is raised
+to the caller; the other workers are cancelled, and the attempts they had in flight have no row and
+are dispatched again, under the same attempt numbers, on resume (as after a kill).
+
+Reports: the reply's body report (`failure_report`) and its header report describe the same attempt
+and are merged. A report over 4096 bytes travels in the header as `{"omitted": true}` alone, while
+the body carries it whole: when the body has a report, that header-only marker is not merged (the
+body's own `omitted` flag says whether events were lost); events in the header still are.
+
 Retries: a failure with `terminal=True` is final at once; any other is retried until the rollout has
 used `max_attempts` attempts, and the last failure row then says `attempt_budget_exhausted`.
 
 Resume: both output files are read; a rollout with a success row or a final failure row is done, and
-any other continues at its next attempt number. `<output>.manifest.json` holds the digest of the input
-file and of `num_repeats`; resuming against a different input or `num_repeats` is refused with
-`collection_resume_refused` unless `force_resume` is set. `max_attempts`, the concurrency and the agent
-URL may change between runs; no endpoint or credential is written to the manifest.
+any other continues at its next attempt number. A rollout whose recorded attempts already use up
+`max_attempts` (lowered since the earlier run) is not dispatched again: a copy of its last failure row
+closes it (`final_reason` `attempt_budget_exhausted`, `closed_on_resume` true).
+
+The manifest, `<output>.manifest.json`, holds the digest of the input file and `num_repeats` (the
+run's identity) and `expected_rollouts` (tasks times `num_repeats`, which `gym-failures gate` reads as the
+rollouts expected). Resuming against a different identity is refused with `collection_resume_refused`
+unless `force_resume` is set; only the identity is compared, so a manifest written before
+`expected_rollouts` existed still resumes. `max_attempts`, the concurrency and the agent URL may
+change between runs; no endpoint or credential is written to the manifest. The manifest is replaced
+atomically (a temporary file, then `os.replace`), never left half written.
+
+One collector per output: a run holds an exclusive `flock` on `<output>.lock` from start to end, and a
+second collector on the same output is refused at once with `collection_resume_refused` (which
+`force_resume` does not override). The lock file stays after the run; removing it could let two runs
+lock two different files. `flock` is POSIX: collection runs on Linux and macOS.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import json
-from collections.abc import Callable
+import math
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import yarl
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gym_failures._redact import url_without_secrets
 from gym_failures.client import map_transport_errors, raise_boundary_failure
 from gym_failures.collection._rows import (
+    LOGGER,
     JsonlScan,
     RowWriter,
+    TaskScan,
+    failures_path,
+    manifest_path,
     read_rows,
+    read_tasks,
     repair_torn_tail,
     rollout_id,
 )
-from gym_failures.failure_kinds import COLLECTION_RESUME_REFUSED, ENVIRONMENT_PROTOCOL_VIOLATION
+from gym_failures.failure_kinds import (
+    COLLECTION_DISPATCH_FAILED,
+    COLLECTION_RESUME_REFUSED,
+    ENVIRONMENT_PROTOCOL_VIOLATION,
+)
 from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureReport
 from gym_failures.failure_transport import FailureReportRow, RequestFailureLog
 from gym_failures.failures import CollectionFailure, NgFailureEvent
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+_IDENTITY = ("input_sha256", "num_repeats")
+"""The manifest's fields that name the run; only these must match to resume."""
 
 
 class CollectionConfig(BaseModel):
@@ -62,13 +116,30 @@ class CollectionConfig(BaseModel):
     timeout_s: float = Field(default=120.0, gt=0)
     force_resume: bool = False
 
+    @field_validator("agent_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        # A URL no request can be sent to is a configuration error, refused before any row is
+        # written rather than recorded as every rollout's failure.
+        try:
+            url = yarl.URL(value)
+        except (TypeError, ValueError):
+            raise ValueError("agent_url is not a URL") from None
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError("agent_url must be an http(s) URL with a host")
+        return value
+
     @property
     def failures_path(self) -> Path:
-        return self.output_path.with_name(f"{self.output_path.stem}_failures.jsonl")
+        return failures_path(self.output_path)
 
     @property
     def manifest_path(self) -> Path:
-        return self.output_path.with_name(f"{self.output_path.stem}.manifest.json")
+        return manifest_path(self.output_path)
+
+    @property
+    def lock_path(self) -> Path:
+        return self.output_path.with_name(f"{self.output_path.stem}.lock")
 
 
 @dataclass
@@ -79,9 +150,16 @@ class CollectionSummary:
     already_done: int = 0
     succeeded: int = 0
     failed_final: int = 0
+    closed_on_resume: int = 0
+    """Rollouts closed without a dispatch: their attempts already used up a lowered budget."""
     attempts: int = 0
+    dispatch_errors: int = 0
+    """Attempts recorded as `collection_dispatch_failed`: an unexpected fault of the collector."""
     torn_lines: int = 0
     invalid_lines: int = 0
+    tasks: int = 0
+    blank_task_lines: int = 0
+    invalid_task_lines: int = 0
     scans: list[JsonlScan] = field(default_factory=list)
 
 
@@ -101,23 +179,57 @@ def _digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _manifest(config: CollectionConfig) -> dict[str, Any]:
-    return {
-        "version": MANIFEST_VERSION,
-        "input_sha256": _digest(config.input_path),
-        "num_repeats": config.num_repeats,
-    }
+@contextlib.contextmanager
+def _exclusive(config: CollectionConfig) -> Iterator[None]:
+    """Hold the output's lock for the block, or refuse at once when another collector holds it."""
+    path = config.lock_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip()
+            who = f"process {holder}" if holder.isdigit() else "it"
+            raise CollectionFailure(
+                failure_kind=COLLECTION_RESUME_REFUSED,
+                failure_reason=(
+                    f"another collector is writing {config.output_path} ({who} holds {path}); "
+                    "wait for it to end, or collect into another output path"
+                ),
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
-def _check_manifest(config: CollectionConfig) -> None:
-    wanted = _manifest(config)
+def _write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` at once: a reader (or a crash) sees the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with temporary.open("w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _check_manifest(config: CollectionConfig, expected: int) -> None:
+    """Refuse to resume another run's output (unless forced), then write this run's manifest."""
+    identity = {"input_sha256": _digest(config.input_path), "num_repeats": config.num_repeats}
     path = config.manifest_path
     if path.exists():
         try:
-            found = json.loads(path.read_text())
-        except ValueError:
+            found = json.loads(path.read_bytes())
+        except (ValueError, RecursionError):
             found = None
-        if found != wanted and not config.force_resume:
+        same = isinstance(found, dict) and all(found.get(key) == identity[key] for key in _IDENTITY)
+        if not same and not config.force_resume:
             raise CollectionFailure(
                 failure_kind=COLLECTION_RESUME_REFUSED,
                 failure_reason=(
@@ -130,21 +242,28 @@ def _check_manifest(config: CollectionConfig) -> None:
             failure_kind=COLLECTION_RESUME_REFUSED,
             failure_reason=f"{config.output_path} exists without a manifest; force the resume",
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(wanted, indent=2) + "\n")
+    manifest = {"version": MANIFEST_VERSION, **identity, "expected_rollouts": expected}
+    _write_atomic(path, json.dumps(manifest, indent=2) + "\n")
 
 
-def _read_tasks(path: Path) -> list[dict[str, Any]]:
-    tasks: list[dict[str, Any]] = []
-    for row in read_rows(path):
-        tasks.append(row)
+def _read_tasks(path: Path, summary: CollectionSummary) -> list[tuple[int, dict[str, Any]]]:
+    scan = TaskScan(path)
+    tasks = list(read_tasks(path, scan))
+    summary.tasks = scan.tasks
+    summary.blank_task_lines = scan.blank_lines
+    summary.invalid_task_lines = len(scan.invalid_lines)
     return tasks
 
 
-def _pending(config: CollectionConfig, summary: CollectionSummary) -> list[_Rollout]:
-    """Every rollout without a final outcome, at its next attempt number."""
+def _pending(
+    config: CollectionConfig, tasks: list[tuple[int, dict[str, Any]]], summary: CollectionSummary
+) -> tuple[list[_Rollout], list[dict[str, Any]]]:
+    """Every rollout without a final outcome, at its next attempt number; and the rows that close
+    the rollouts whose recorded attempts already use up the budget."""
     done: set[str] = set()
     attempts: dict[str, int] = {}
+    # The last failure row of each rollout at or past the budget: what closes it if it is not done.
+    spent: dict[str, tuple[int, dict[str, Any]]] = {}
     for path in (config.output_path, config.failures_path):
         torn = repair_torn_tail(path)
         summary.torn_lines += torn is not None
@@ -154,22 +273,43 @@ def _pending(config: CollectionConfig, summary: CollectionSummary) -> list[_Roll
             if not isinstance(key, str):
                 continue
             attempt = row.get("attempt")
-            if isinstance(attempt, int):
+            if type(attempt) is int:
                 attempts[key] = max(attempts.get(key, 0), attempt)
-            if "failure" not in row or row.get("final") is True:
+            if "failure" not in row:
+                if "result" in row:
+                    done.add(key)
+            elif row.get("final") is True:
                 done.add(key)
+            elif (
+                type(attempt) is int
+                and attempt >= config.max_attempts
+                and (key not in spent or attempt >= spent[key][0])
+            ):
+                spent[key] = (attempt, row)
         summary.invalid_lines += len(scan.invalid_lines)
         summary.scans.append(scan)
     rollouts: list[_Rollout] = []
-    for task_index, task in enumerate(_read_tasks(config.input_path)):
+    closing: list[dict[str, Any]] = []
+    for task_index, task in tasks:
         for rollout_index in range(config.num_repeats):
             key = rollout_id(task_index, rollout_index)
             summary.expected += 1
             if key in done:
                 summary.already_done += 1
                 continue
+            last = spent.get(key)
+            if last is not None and last[0] >= attempts.get(key, 0):
+                closing.append(
+                    {
+                        **last[1],
+                        "final": True,
+                        "final_reason": "attempt_budget_exhausted",
+                        "closed_on_resume": True,
+                    }
+                )
+                continue
             rollouts.append(_Rollout(task_index, rollout_index, task, attempts.get(key, 0) + 1))
-    return rollouts
+    return rollouts, closing
 
 
 def _base_row(rollout: _Rollout, attempt: int) -> dict[str, Any]:
@@ -195,6 +335,11 @@ def _episode_failure(failure: NgFailureEvent) -> EpisodeFailure:
     )
 
 
+def _type_name(error: BaseException) -> str:
+    cls = type(error)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
 class Collector:
     """Run one collection: `await Collector(config).run()`."""
 
@@ -208,29 +353,42 @@ class Collector:
 
     async def run(self) -> CollectionSummary:
         config = self.config
-        _check_manifest(config)
-        rollouts = _pending(config, self.summary)
-        self._finished = self.summary.already_done
-        self._progress()
+        with _exclusive(config):
+            tasks = _read_tasks(config.input_path, self.summary)
+            _check_manifest(config, len(tasks) * config.num_repeats)
+            rollouts, closing = _pending(config, tasks, self.summary)
+            self._finished = self.summary.already_done
+            self._progress()
+            with RowWriter(config.output_path) as successes, RowWriter(config.failures_path) as failures:
+                for row in closing:
+                    failures.write(row)
+                    self.summary.failed_final += 1
+                    self.summary.closed_on_resume += 1
+                    self._finished += 1
+                if closing:
+                    self._progress()
+                await self._dispatch(rollouts, successes, failures)
+        return self.summary
+
+    async def _dispatch(self, rollouts: list[_Rollout], successes: RowWriter, failures: RowWriter) -> None:
+        config = self.config
         queue: asyncio.Queue[_Rollout] = asyncio.Queue()
         for rollout in rollouts:
             queue.put_nowait(rollout)
         timeout = aiohttp.ClientTimeout(total=config.timeout_s)
         connector = aiohttp.TCPConnector(limit=config.concurrency)
-        with RowWriter(config.output_path) as successes, RowWriter(config.failures_path) as failures:
-            async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-                workers = [
-                    asyncio.create_task(self._worker(session, queue, successes, failures))
-                    for _ in range(min(config.concurrency, max(1, len(rollouts))))
-                ]
-                try:
-                    await asyncio.gather(*workers)
-                finally:
-                    for worker in workers:
-                        worker.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await asyncio.gather(*workers, return_exceptions=True)
-        return self.summary
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            workers = [
+                asyncio.create_task(self._worker(session, queue, successes, failures))
+                for _ in range(min(config.concurrency, max(1, len(rollouts))))
+            ]
+            try:
+                await asyncio.gather(*workers)
+            finally:
+                for worker in workers:
+                    worker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.gather(*workers, return_exceptions=True)
 
     def _progress(self) -> None:
         if self.on_progress is not None:
@@ -295,32 +453,80 @@ class Collector:
         }
         with RequestFailureLog.capture() as log:
             try:
-                with map_transport_errors("collection", method="POST", url=url):
-                    async with session.post(url, json=payload) as reply:
-                        await raise_boundary_failure(reply, boundary="agent")
-                        body = await reply.read()
-                response = _episode_response(body, url)
+                response = await self._exchange(session, url, payload)
             except NgFailureEvent as failure:
+                if failure.failure_kind == COLLECTION_DISPATCH_FAILED:
+                    self.summary.dispatch_errors += 1
                 return (
                     BaseEpisodeResponse(failure=_episode_failure(failure)),
                     log.reply_report(failure),
                 )
-            # The reply's body report and its header report describe the same attempt: merge them.
-            report = response.failure_report or FailureReport()
-            return response, report.merged(log.report)
+            header = log.report
+            body = response.failure_report
+            if body is None:
+                return response, header
+            if header.omitted and not header.events:
+                # The header said `{"omitted": true}` alone: the report was too large for it, and the
+                # body carries it whole, with its own `omitted` flag.
+                header = FailureReport()
+            return response, body.merged(header)
+
+    async def _exchange(
+        self, session: aiohttp.ClientSession, url: str, payload: dict[str, Any]
+    ) -> BaseEpisodeResponse:
+        """Send one attempt and read its episode response; any failure is raised as a Gym failure."""
+        target = f"POST {url_without_secrets(url)}"
+        try:
+            try:
+                with map_transport_errors("collection", method="POST", url=url):
+                    async with session.post(url, json=payload) as reply:
+                        await raise_boundary_failure(reply, boundary="agent")
+                        body = await reply.read()
+            except aiohttp.ClientError as error:
+                # Not a transport failure `map_transport_errors` names: the reply came but could not be
+                # read as HTTP (a header line over aiohttp's 8190 bytes, a malformed status line). The
+                # error's text quotes the reply's bytes: only its type is kept.
+                raise CollectionFailure(
+                    failure_kind=ENVIRONMENT_PROTOCOL_VIOLATION,
+                    failure_reason=f"{target}: the reply could not be read ({type(error).__name__})",
+                    exception_type=_type_name(error),
+                ) from error
+            return _episode_response(body, url)
+        except NgFailureEvent:
+            raise
+        except Exception as error:
+            LOGGER.exception(
+                "%s: unexpected %s in the collector; recorded as a failed attempt",
+                target,
+                type(error).__name__,
+            )
+            raise CollectionFailure(
+                failure_kind=COLLECTION_DISPATCH_FAILED,
+                failure_reason=f"{target}: the collector failed unexpectedly ({type(error).__name__})",
+                exception_type=_type_name(error),
+            ) from error
 
 
 def _episode_response(body: bytes, url: str) -> BaseEpisodeResponse:
     try:
-        return BaseEpisodeResponse.model_validate_json(body)
+        response = BaseEpisodeResponse.model_validate_json(body)
     except ValidationError as error:
         raise CollectionFailure(
             failure_kind=ENVIRONMENT_PROTOCOL_VIOLATION,
             failure_reason=(
-                f"{url} replied 2xx without a valid episode response "
+                f"{url_without_secrets(url)} replied 2xx without a valid episode response "
                 f"({error.error_count()} validation error(s))"
             ),
         ) from None
+    reward = None if response.result is None else response.result.get("reward")
+    if isinstance(reward, float) and not math.isfinite(reward):
+        raise CollectionFailure(
+            failure_kind=ENVIRONMENT_PROTOCOL_VIOLATION,
+            failure_reason=(
+                f"{url_without_secrets(url)} replied a result whose reward is {reward!r}, not a finite number"
+            ),
+        )
+    return response
 
 
 async def collect(
