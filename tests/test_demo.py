@@ -2,32 +2,42 @@
 
 One reduced run (40 rollouts, a plan with high rates, a fixed seed) is shared by the checks of what it
 wrote. The faults each server injected (`injected_faults.jsonl`) are the ground truth; the rows must
-show every one of them under the right kind, boundary, stage and class, and nothing else.
+show every one of them under the right kind, boundary, stage and class, and nothing else. It runs in
+a hostile environment: proxy variables that point at a dead port and API keys the scripted demo must
+not hand to any server.
 """
 
 from __future__ import annotations
 
+import base64
+import http.server
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import warnings
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from starlette.exceptions import StarletteDeprecationWarning
+from starlette.types import ASGIApp
 
 from gym_failures.collection import read_rows
-from gym_failures.demo import FaultPlan, launcher, load_fault_plan, run_demo
+from gym_failures.demo import FaultPlan, agent_server, launcher, load_fault_plan, model_server, run_demo
+from gym_failures.demo import resources_server as resources_server_module
+from gym_failures.demo.__main__ import main as demo_main
 from gym_failures.demo._plan import draw
 from gym_failures.demo._responses import SseDecoder, extract_final_answer, message_text, output_text
-from gym_failures.demo._serve import DemoConfig
+from gym_failures.demo._serve import API_KEY_ENV, TOKEN_ENV, TOKEN_HEADER, DemoConfig, command_allowed
 from gym_failures.demo.launcher import with_policy_timeout
 from gym_failures.demo.model_server import scripted_judge, scripted_policy
 from gym_failures.failure_kinds import (
@@ -40,6 +50,7 @@ from gym_failures.failure_kinds import (
     PROVIDER_COMMAND_TIMEOUT,
     PROVIDER_OOM_KILLED,
     PROVIDER_QUOTA_EXHAUSTED,
+    PROVIDER_REQUEST_FAILED,
     TRANSPORT_PEER_DROP,
     TRUNCATED_ANSWER,
     VERIFIER_ERROR,
@@ -47,6 +58,13 @@ from gym_failures.failure_kinds import (
     classify_failure,
     quota_reset_text,
 )
+from gym_failures.failure_records import FailureBoundary
+from gym_failures.failure_transport import FailureHeader
+
+with warnings.catch_warnings():
+    # Starlette 1.x's TestClient prefers `httpx2` and warns when it runs on `httpx` (see test_asgi).
+    warnings.simplefilter("ignore", StarletteDeprecationWarning)
+    from starlette.testclient import TestClient
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the sandbox needs Linux rlimits"
@@ -54,6 +72,16 @@ pytestmark = pytest.mark.skipif(
 
 ROLLOUTS = 40
 SEED = 0
+
+TOKEN = "test-token-0123456789abcdefghijklmnop"
+"""The run's token wherever a test chooses it (the launcher makes a random one)."""
+DEAD_PROXY = "http://127.0.0.1:9"
+"""A proxy nobody serves: a loopback call sent through it never arrives."""
+PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
+API_KEYS = {
+    "GYM_DEMO_MODEL_API_KEY": "sk-demo-model-key-0123456789",
+    "OPENAI_API_KEY": "sk-openai-0123456789",
+}
 
 # High rates, so that 40 rollouts meet every fault; with this seed each appears at least once. The
 # margins (2 s for a scripted reply, 3 s for `python3 -c`) keep a loaded machine from adding faults.
@@ -118,6 +146,8 @@ class Run:
     successes: list[dict[str, Any]]
     failures: list[dict[str, Any]]
     injected: list[dict[str, Any]]
+    server_environments: dict[str, dict[str, str]]
+    """Each server's environment, read from /proc while the run collected."""
 
     def rows_of(self, rollout_id: str, attempt: int) -> list[dict[str, Any]]:
         return [
@@ -127,17 +157,58 @@ class Run:
         ]
 
 
+def _environment(pid: int) -> dict[str, str]:
+    """The environment process `pid` started with."""
+    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(entry.decode(errors="replace").partition("=")[::2] for entry in entries if entry)
+
+
+def _environment_recorder(out_dir: Path) -> tuple[dict[str, dict[str, str]], Callable[[int, int], None]]:
+    """A progress callback that reads every server's environment the first time it is called, while
+    the servers run; and where it puts them."""
+    seen: dict[str, dict[str, str]] = {}
+
+    def on_progress(done: int, total: int) -> None:
+        if not seen:
+            (servers_file,) = out_dir.glob("*/servers.json")
+            for name, server in json.loads(servers_file.read_text()).items():
+                seen[name] = _environment(server["pid"])
+
+    return seen, on_progress
+
+
+def _hostile_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in PROXY_VARIABLES:
+        monkeypatch.setenv(variable, DEAD_PROXY)
+    for variable in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(variable, raising=False)
+    for variable, value in API_KEYS.items():
+        monkeypatch.setenv(variable, value)
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     base = tmp_path_factory.mktemp("demo")
     plan = base / "plan.json"
     plan.write_text(json.dumps(HIGH_RATE_PLAN))
-    run_dir = run_demo(base / "runs", rollouts=ROLLOUTS, concurrency=16, fault_plan=plan, seed=SEED)
+    environments, on_progress = _environment_recorder(base / "runs")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _hostile_environment(monkeypatch)
+        monkeypatch.setattr(launcher, "_new_token", lambda: TOKEN)
+        run_dir = run_demo(
+            base / "runs",
+            rollouts=ROLLOUTS,
+            concurrency=16,
+            fault_plan=plan,
+            seed=SEED,
+            on_progress=on_progress,
+        )
     return Run(
         path=run_dir,
         successes=list(read_rows(run_dir / "rollouts.jsonl")),
         failures=list(read_rows(run_dir / "rollouts_failures.jsonl")),
         injected=[json.loads(line) for line in (run_dir / "injected_faults.jsonl").read_text().splitlines()],
+        server_environments=environments,
     )
 
 
@@ -351,6 +422,146 @@ def test_no_server_or_sandbox_process_is_left_behind(demo_run: Run) -> None:
     assert left == []
 
 
+def test_the_run_ignored_dead_proxies_and_gave_no_server_an_api_key(demo_run: Run) -> None:
+    """The run above had every proxy variable at a dead port: it finished, so neither the launcher's
+    readiness checks nor the servers' own loopback calls went through a proxy. Its scripted policy
+    needs no API key, so no server was handed one, though the launcher's environment held two."""
+    assert set(demo_run.server_environments) == {"model", "resources", "agent"}
+    for name, environment in demo_run.server_environments.items():
+        assert environment["http_proxy"] == DEAD_PROXY, name
+        assert set(API_KEY_ENV) & set(environment) == set(), name
+        assert environment[TOKEN_ENV] == TOKEN, name
+
+
+def test_the_runs_token_is_in_no_file_of_the_run(demo_run: Run) -> None:
+    files = [path for path in demo_run.path.rglob("*") if path.is_file()]
+    assert "demo_config.json" in {path.name for path in files}
+    assert [path.name for path in files if TOKEN.encode() in path.read_bytes()] == []
+
+
+# --- Who may call the servers --------------------------------------------------------------------
+
+
+def _config(run_dir: Path) -> DemoConfig:
+    unused = "http://127.0.0.1:9"
+    return DemoConfig(
+        run_dir=run_dir, seed=0, plan=FaultPlan(), model_url=unused, resources_url=unused, agent_url=unused
+    )
+
+
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+SERVER_APPS: dict[str, tuple[Callable[[DemoConfig, str], ASGIApp], str]] = {
+    "model": (model_server.create_app, "/v1/responses"),
+    "resources": (resources_server_module.create_app, "/sandbox/run"),
+    "agent": (agent_server.create_app, "/run"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SERVER_APPS))
+def test_every_endpoint_refuses_a_caller_without_the_runs_token_or_a_json_body(
+    tmp_path: Path, name: str
+) -> None:
+    create_app, path = SERVER_APPS[name]
+    body = {"session_id": "sess_x", "command": "id", "input": "What is 2 + 2?"}
+    with TestClient(create_app(_config(tmp_path), TOKEN)) as client:
+        for headers in (
+            {},
+            {TOKEN_HEADER: TOKEN[:-1] + "x"},
+            {"Authorization": _basic("demo", TOKEN[:-1] + "x")},
+            {"Authorization": f"Bearer {TOKEN}"},
+        ):
+            assert client.get("/health", headers=headers).status_code == 403, headers
+            assert client.post(path, json=body, headers=headers).status_code == 403, headers
+        assert client.get("/health", headers={TOKEN_HEADER: TOKEN}).status_code == 200
+        # The collector's form: the token as the password of Basic credentials.
+        assert client.get("/health", headers={"Authorization": _basic("demo", TOKEN)}).status_code == 200
+        # A body a web page could send anywhere without asking (text/plain) is refused.
+        plain = {TOKEN_HEADER: TOKEN, "content-type": "text/plain"}
+        assert client.post(path, content=json.dumps(body), headers=plain).status_code == 415
+
+
+def test_the_sandbox_runs_only_allowed_commands_even_for_a_caller_with_the_token(tmp_path: Path) -> None:
+    proof = tmp_path / "proof"
+    refused = [
+        "id",
+        f"touch {proof}",
+        f'python3 -c "print(6 * 7)"; touch {proof}',
+        f'python3 -c "print(6 * 7)"\ntouch {proof}',
+        f'python3 -c "print(6 * 7)" && touch {proof}',
+        f'python3 -c "print(6 * 7)" > {proof}',
+        f'python3 -c "print($(touch {proof}))"',
+        f'python3 -c "print(`touch {proof}`)"',
+        f"python3 -c \"print(open('{proof}', 'w'))\"",
+    ]
+    auth = {TOKEN_HEADER: TOKEN}
+    with TestClient(resources_server_module.create_app(_config(tmp_path), TOKEN)) as client:
+        seeded = client.post("/seed_session", json={"task": {"expected_answer": 42}}, headers=auth)
+        session_id = seeded.json()["session_id"]
+        for command in refused:
+            reply = client.post(
+                "/sandbox/run", json={"session_id": session_id, "command": command}, headers=auth
+            )
+            assert reply.status_code == 500, command
+            report = FailureHeader.decode(reply.headers)
+            assert report is not None
+            assert report.failure_id is not None
+            failure = report.events[report.failure_id]
+            assert (failure.failure_kind, failure.boundary, failure.stage) == (
+                PROVIDER_REQUEST_FAILED,
+                FailureBoundary.SANDBOX,
+                "agent",
+            ), command
+            assert classify_failure(failure.failure_kind, failure.stage) is FailureClass.EVALUATION
+        allowed = client.post(
+            "/sandbox/run",
+            json={"session_id": session_id, "command": 'python3 -c "print(6 * 7)"'},
+            headers=auth,
+        )
+    assert not proof.exists()
+    assert allowed.status_code == 200
+    assert allowed.json()["stdout"] == "42\n"
+
+
+def test_the_agent_and_the_sandbox_share_one_allowlist() -> None:
+    assert command_allowed('python3 -c "print(17 * 23)"')
+    assert command_allowed('python3 -c "print((2 + 3) % 4 - 1.5 / 2)"')
+    assert not command_allowed(' python3 -c "print(17 * 23)"')  # exactly what is run, or nothing
+    assert not command_allowed('python3 -c "print(17 * 23)"\n')
+
+
+def test_the_readiness_check_goes_straight_to_loopback_whatever_the_proxy_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _hostile_environment(monkeypatch)
+    seen: list[str | None] = []
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get(TOKEN_HEADER))
+            self.send_response(200 if self.headers.get(TOKEN_HEADER) == TOKEN else 403)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert launcher._healthy(url, TOKEN)
+        assert not launcher._healthy(url, "not-the-runs-token-0123456789")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert seen == [TOKEN, "not-the-runs-token-0123456789"]
+
+
 # --- Interruption --------------------------------------------------------------------------------
 
 
@@ -407,10 +618,38 @@ def test_a_server_that_fails_to_start_stops_the_others(
 # --- An external policy endpoint ----------------------------------------------------------------
 
 
+# A stand-in for an external provider: the scripted model server, which needs no token from its
+# callers (the shim supplies it) and answers 400 to a call that carries the demo's token, which must
+# never leave the demo.
+ENDPOINT = """
+import sys
+from gym_failures.demo import model_server
+from gym_failures.demo._serve import TOKEN_HEADER, main
+
+def create_app(config, token):
+    app = model_server.create_app(config, token)
+    name = TOKEN_HEADER.lower().encode()
+
+    async def provider(scope, receive, send):
+        if scope["type"] == "http":
+            if any(key == name for key, _ in scope["headers"]):
+                await send({"type": "http.response.start", "status": 400, "headers": []})
+                await send({"type": "http.response.body", "body": b"the demo's token reached a provider"})
+                return
+            scope = {**scope, "headers": [*scope["headers"], (name, token.encode())]}
+        await app(scope, receive, send)
+
+    return provider
+
+main("endpoint", create_app, sys.argv[1:])
+"""
+
+
 @pytest.fixture
 def external_endpoint(tmp_path: Path) -> Iterator[str]:
-    """A Responses endpoint in its own process, standing in for an external provider: the scripted
-    model server, which injects nothing into requests without the demo's identity headers."""
+    """A Responses endpoint in its own process, standing in for an external provider (`ENDPOINT`):
+    the scripted model server, which injects nothing into requests without the demo's identity
+    headers."""
     config = DemoConfig(
         run_dir=tmp_path,
         seed=0,
@@ -425,8 +664,8 @@ def external_endpoint(tmp_path: Path) -> Iterator[str]:
     process = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "gym_failures.demo.model_server",
+            "-c",
+            ENDPOINT,
             "--config",
             str(config_path),
             "--fd",
@@ -437,6 +676,7 @@ def external_endpoint(tmp_path: Path) -> Iterator[str]:
         pass_fds=(sock.fileno(),),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, TOKEN_ENV: "endpoint-token-0123456789abcdef"},
     )
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     sock.close()
@@ -452,6 +692,8 @@ def test_an_external_endpoint_serves_the_policy_and_never_sees_a_file_holding_it
 ) -> None:
     key = "sk-demo-0123456789abcdefghij"
     monkeypatch.setenv("GYM_DEMO_MODEL_API_KEY", key)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-0123456789abcdefghij")
+    environments, on_progress = _environment_recorder(tmp_path / "runs")
     plan = tmp_path / "plan.json"
     # Faults of the policy's own behaviour only: the judge (still the local model server) gets none.
     plan.write_text(json.dumps({"model": {"slow_response": 0.5, "empty_answer": 0.5}}))
@@ -463,6 +705,7 @@ def test_an_external_endpoint_serves_the_policy_and_never_sees_a_file_holding_it
         policy_base_url=external_endpoint,
         policy_model="external-model",
         policy_timeout_s=10.0,
+        on_progress=on_progress,
     )
     rows = list(read_rows(run_dir / "rollouts.jsonl"))
     assert len(rows) == 6
@@ -474,6 +717,39 @@ def test_an_external_endpoint_serves_the_policy_and_never_sees_a_file_holding_it
     demo = json.loads((run_dir / "demo.json").read_text())
     assert demo["policy"] == {"base_url": external_endpoint, "model": "external-model"}
     assert demo["fault_plan"]["limits"]["policy_timeout_s"] == 10.0
+    # Only the agent calls the endpoint, so only the agent holds its key.
+    assert environments["agent"]["GYM_DEMO_MODEL_API_KEY"] == key
+    for name in ("model", "resources"):
+        assert set(API_KEY_ENV) & set(environments[name]) == set(), name
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://user:sk-secret-0123456789@127.0.0.1:9/v1",
+        "https://sk-secret-0123456789@api.example.com/v1",
+        "http://127.0.0.1:9/v1?api_key=sk-secret-0123456789",
+        "http://127.0.0.1:9/v1#sk-secret-0123456789",
+    ],
+)
+def test_a_model_base_url_holding_a_secret_is_refused_before_anything_is_written(
+    tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ValueError, match=r"user info|query string") as refused:
+        run_demo(tmp_path / "runs", rollouts=1, policy_base_url=url, policy_model="external-model")
+    assert "sk-secret" not in str(refused.value)
+    assert not (tmp_path / "runs").exists()
+    with pytest.raises(SystemExit) as exited:
+        demo_main(["--out", str(tmp_path / "cli"), "--model-base-url", url, "--model-name", "m"])
+    assert exited.value.code == 2
+    stderr = capsys.readouterr().err
+    assert "--model-base-url" in stderr
+    assert "sk-secret" not in stderr
+    assert not (tmp_path / "cli").exists()
+    # Nothing can write such a URL into the servers' configuration either, nor echo it in the error.
+    with pytest.raises(ValidationError) as invalid:
+        DemoConfig.model_validate({**_config(tmp_path).model_dump(), "policy_base_url": url})
+    assert "sk-secret" not in str(invalid.value)
 
 
 def test_a_policy_timeout_override_keeps_slow_replies_slower_than_it() -> None:

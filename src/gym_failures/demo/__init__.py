@@ -25,14 +25,20 @@ A real model instead of the scripted policy: any endpoint that serves the OpenAI
 (`POST <base>/responses` with function tools)::
 
     export GYM_DEMO_MODEL_BASE_URL=https://api.openai.com/v1   # or http://localhost:8000/v1 (vLLM)
+                                                               # (no user info or query: refused)
     export GYM_DEMO_MODEL_NAME=gpt-4.1-mini
     export GYM_DEMO_MODEL_API_KEY=...                          # else OPENAI_API_KEY; never a flag
     python -m gym_failures.demo                                # or --model-base-url / --model-name
 
 The agent then sends the policy's calls there (model faults are injected only by the scripted model
-server, which still serves as the judge). The key is read from the agent's environment only, never
-written to a file. The sandbox runs only `python3 -c "print(<arithmetic>)"` commands: it bounds memory
-and time but is not an isolation boundary, and a real model's commands run as your user.
+server, which still serves as the judge). The key is passed to the agent's environment only (the
+other servers never see it) and never written to a file. The sandbox runs only
+`python3 -c "print(<arithmetic>)"` commands, whoever asks: it bounds memory and time but is not an
+isolation boundary, and a real model's commands run as your user.
+
+Every endpoint of the three servers requires a random token the launcher makes for the run and
+hands to the servers in their environment, and a JSON body: another local user, or a web page in
+your browser, cannot drive them.
 
 Needs the `demo` extra (`pip install 'gym-failures[demo]'`: uvicorn, starlette, aiohttp) and Linux
 (RLIMIT_AS is what makes the sandbox's OOM real).

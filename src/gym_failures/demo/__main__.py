@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gym_failures.collection import read_rows
+from gym_failures.demo._serve import check_policy_base_url
 from gym_failures.demo.launcher import run_demo
 
 
@@ -35,7 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--model-base-url",
         default=os.environ.get("GYM_DEMO_MODEL_BASE_URL"),
         help="an OpenAI-compatible base URL for the policy instead of the scripted one "
-        "($GYM_DEMO_MODEL_BASE_URL); the key comes from $GYM_DEMO_MODEL_API_KEY or $OPENAI_API_KEY",
+        "($GYM_DEMO_MODEL_BASE_URL), without user info or a query string; the key comes from "
+        "$GYM_DEMO_MODEL_API_KEY or $OPENAI_API_KEY",
     )
     parser.add_argument(
         "--model-name",
@@ -52,6 +54,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (args.model_base_url is None) != (args.model_name is None):
         parser.error("an external policy needs both --model-base-url and --model-name")
+    if args.model_base_url is not None:
+        try:
+            check_policy_base_url(args.model_base_url)
+        except ValueError as error:
+            parser.error(f"--model-base-url: {error}")  # the message never repeats the URL's secret
 
     policy_timeout = args.policy_timeout
     if policy_timeout is None and args.model_base_url is not None:

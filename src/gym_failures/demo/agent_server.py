@@ -27,8 +27,13 @@ Decisions:
   failure is left to the collector's attempt budget.
 - Policy calls are replay-safe (generating again has no side effect), so a 5xx or a connection lost
   after sending is retried; a `response.failed` stream event is treated as such a loss.
-- Only `python3 -c "print(<arithmetic>)"` commands are run. With an external model the commands come
-  from a real model and run as the user; the sandbox bounds memory and time but isolates nothing.
+- Only `python3 -c "print(<arithmetic>)"` commands are run (`gym_failures.demo._serve.ALLOWED_COMMAND`,
+  which the sandbox enforces again). With an external model the commands come from a real model and
+  run as the user; the sandbox bounds memory and time but isolates nothing.
+- Every call to the demo's own servers carries the run's token (`X-Demo-Token`); a call to an
+  external policy endpoint never does, and is the only call that carries the API key (read from
+  this process's environment, the only demo server's that holds it). `/run` itself requires the
+  token like every demo endpoint (`gym_failures.demo._serve.DemoGuard`).
 """
 
 from __future__ import annotations
@@ -37,7 +42,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -61,13 +65,17 @@ from gym_failures.demo._responses import (
     function_calls,
 )
 from gym_failures.demo._serve import (
+    API_KEY_ENV,
     ATTEMPT_HEADER,
     CALL_HEADER,
     MAX_TURNS,
     POLICY_TRIES,
     ROLLOUT_HEADER,
+    TOKEN_HEADER,
     TRY_HEADER,
     DemoConfig,
+    DemoGuard,
+    command_allowed,
     health,
     main,
     policy_budget_s,
@@ -101,9 +109,6 @@ __all__ = ["API_KEY_ENV", "TERMINAL_KINDS", "create_app"]
 
 MAX_OUTPUT_TOKENS = 512
 
-API_KEY_ENV = ("GYM_DEMO_MODEL_API_KEY", "OPENAI_API_KEY")
-"""Where the agent finds an external endpoint's API key, first match wins. Never in a file or a flag."""
-
 TERMINAL_KINDS = frozenset(
     {
         MODEL_POLICY_RESPONSE_TIMEOUT,
@@ -115,7 +120,6 @@ TERMINAL_KINDS = frozenset(
 )
 """Failures of the policy's own behaviour; see the module docstring for why they are terminal."""
 
-_ALLOWED_COMMAND = re.compile(r'python3 -c "print\([0-9+\-*/%(). ]{1,200}\)"')
 _POLICY_OPERATION = "responses.create"
 
 
@@ -146,8 +150,10 @@ def _call(
 
 
 class _Agent:
-    def __init__(self, config: DemoConfig) -> None:
+    def __init__(self, config: DemoConfig, token: str) -> None:
         self.config = config
+        self.auth = {TOKEN_HEADER: token}
+        """The run's token, for the demo's own servers only."""
         self.limits = config.plan.limits
         self.external = config.policy_base_url is not None
         base = config.policy_base_url or f"{config.model_url}/v1"
@@ -258,7 +264,7 @@ class _Agent:
         assert self.http is not None
         url = self.config.resources_url + path
         with _call("resources_server", stage, url):
-            async with self.http.post(url, json=payload) as reply:
+            async with self.http.post(url, json=payload, headers=self.auth) as reply:
                 await raise_boundary_failure(reply, boundary="resources_server", stage=stage)
                 data = await reply.read()
         return _json_object(data, url, ResourcesServerFailure, stage)
@@ -270,13 +276,15 @@ class _Agent:
         except ValueError:
             arguments = None
         command = arguments.get("command") if isinstance(arguments, dict) else None
+        if isinstance(command, str):
+            command = command.strip()  # what is checked is exactly what the sandbox is sent
         if call.get("name") != "run_shell" or not isinstance(command, str):
             raise AgentFailure(
                 failure_kind=AGENT_INVALID_OUTPUT,
                 failure_reason=f"the policy called {str(call.get('name'))[:64]!r} without a command string",
                 stage="agent",
             )
-        if _ALLOWED_COMMAND.fullmatch(command.strip()) is None:
+        if not command_allowed(command):
             raise AgentFailure(
                 failure_kind=AGENT_COMMAND_NOT_ALLOWED,
                 failure_reason=f"the policy asked to run {command[:120]!r}",
@@ -287,7 +295,7 @@ class _Agent:
         timeout = aiohttp.ClientTimeout(total=self.limits.sandbox_wall_s + 15)
         with _call("sandbox", "agent", url):
             async with self.http.post(
-                url, json={"session_id": session_id, "command": command}, timeout=timeout
+                url, json={"session_id": session_id, "command": command}, headers=self.auth, timeout=timeout
             ) as reply:
                 await raise_boundary_failure(reply, boundary="sandbox", stage="agent")
                 data = await reply.read()
@@ -339,9 +347,11 @@ class _Agent:
 
     def _policy_headers(self, episode: _Episode, turn: int, attempt_id: str) -> dict[str, str]:
         if self.external:
+            # Never the run's token: it is for the demo's own servers, not a provider.
             key = next((os.environ[name] for name in API_KEY_ENV if os.environ.get(name)), None)
             return {} if key is None else {"Authorization": f"Bearer {key}"}
         return {
+            **self.auth,
             ROLLOUT_HEADER: episode.rollout_id,
             ATTEMPT_HEADER: str(episode.attempt),
             CALL_HEADER: f"policy.{turn}",
@@ -438,17 +448,21 @@ def _ids(episode: _Episode) -> dict[str, Any]:
     return {"rollout_id": episode.rollout_id, "attempt": episode.attempt}
 
 
-def create_app(config: DemoConfig) -> ASGIApp:
-    """The agent server's ASGI app."""
-    agent = _Agent(config)
+def create_app(config: DemoConfig, token: str) -> ASGIApp:
+    """The agent server's ASGI app; every request must carry the run's `token` (`DemoGuard`), which
+    it also sends on its own calls to the demo's other servers."""
+    agent = _Agent(config, token)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # Loopback calls ignore proxy variables; an external endpoint honours them.
+        # Loopback calls ignore proxy variables (trust_env=False, aiohttp's default, spelt out); an
+        # external endpoint honours them.
         connector = aiohttp.TCPConnector(limit=256)
         async with contextlib.AsyncExitStack() as stack:
             agent.http = await stack.enter_async_context(
-                aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60))
+                aiohttp.ClientSession(
+                    connector=connector, timeout=aiohttp.ClientTimeout(total=60), trust_env=False
+                )
             )
             if agent.external:
                 agent.policy_http = await stack.enter_async_context(
@@ -462,7 +476,8 @@ def create_app(config: DemoConfig) -> ASGIApp:
     return Starlette(
         routes=[Route("/run", agent.run, methods=["POST"]), Route("/health", health, methods=["GET"])],
         middleware=[
-            Middleware(FailureReportMiddleware, boundary="agent", default_failure_kind=AGENT_RUN_ERROR)
+            Middleware(DemoGuard, token=token),
+            Middleware(FailureReportMiddleware, boundary="agent", default_failure_kind=AGENT_RUN_ERROR),
         ],
         lifespan=lifespan,
     )

@@ -17,6 +17,14 @@ exception, Ctrl-C, SIGTERM or SIGHUP (SIGTERM to the group, SIGKILL after a grac
 their own watch of the launcher's pid. SIGTERM and SIGHUP make `run_demo` raise
 `SystemExit(128 + signal)` once the servers are stopped, as a process killed by the signal would
 report.
+
+Secrets: the launcher makes a random token per run and hands it to each server in its environment
+(`$GYM_DEMO_TOKEN`); every demo endpoint requires it (`gym_failures.demo._serve.DemoGuard`), and it
+is written to no file. The API key of an external policy (`$GYM_DEMO_MODEL_API_KEY`,
+`$OPENAI_API_KEY`) is passed to the agent only, and only when there is an external policy; the other
+servers' environments are stripped of it. An external base URL with user info or a query string is
+refused before anything is written. The launcher's own calls to the servers ignore proxy variables:
+they are loopback calls.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import contextlib
 import json
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -45,7 +54,16 @@ import gym_failures
 from gym_failures._redact import url_without_secrets
 from gym_failures.collection import CollectionConfig, CollectionSummary, collect
 from gym_failures.demo._plan import FaultPlan, Limits, load_fault_plan
-from gym_failures.demo._serve import MAX_TURNS, SCRIPTED_POLICY_MODEL, DemoConfig, policy_budget_s
+from gym_failures.demo._serve import (
+    API_KEY_ENV,
+    MAX_TURNS,
+    SCRIPTED_POLICY_MODEL,
+    TOKEN_ENV,
+    TOKEN_HEADER,
+    DemoConfig,
+    check_policy_base_url,
+    policy_budget_s,
+)
 
 __all__ = ["SERVERS", "run_demo", "with_policy_timeout"]
 
@@ -59,6 +77,12 @@ SERVERS: dict[str, str] = {
 _READY_TIMEOUT_S = 30.0
 _STOP_GRACE_S = 5.0
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_COLLECTOR_USER = "demo"
+"""The user name of the collector's Basic credentials, whose password is the run's token."""
+
+# Every server is on loopback: a proxy from the environment (http_proxy and the like) would receive
+# the launcher's calls, and a dead one would keep the demo from ever starting.
+_LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def run_demo(
@@ -88,6 +112,8 @@ def run_demo(
         raise ValueError("rollouts must be at least 1")
     if (policy_base_url is None) != (policy_model is None):
         raise ValueError("an external policy needs both policy_base_url and policy_model")
+    if policy_base_url is not None:
+        check_policy_base_url(policy_base_url)  # before anything is written
     plan = load_fault_plan(fault_plan)
     if policy_timeout_s is not None:
         plan = with_policy_timeout(plan, policy_timeout_s)
@@ -95,30 +121,36 @@ def run_demo(
     tasks_path = run_dir / "tasks.jsonl"
     _write_tasks(tasks_path, rollouts, seed)
     started = time.monotonic()
+    token = _new_token()
     try:
-        with _ServerGroup(run_dir) as servers:
-            sockets = {name: _listening_socket() for name in SERVERS}
-            urls = {name: f"http://127.0.0.1:{sock.getsockname()[1]}" for name, sock in sockets.items()}
-            config = DemoConfig(
-                run_dir=run_dir.resolve(),
-                seed=seed,
-                plan=plan,
-                model_url=urls["model"],
-                resources_url=urls["resources"],
-                agent_url=urls["agent"],
-                policy_base_url=policy_base_url,
-                policy_model=policy_model or SCRIPTED_POLICY_MODEL,
-                stream=stream,
-            )
-            config_path = run_dir / "demo_config.json"
-            config_path.write_text(config.model_dump_json(indent=2) + "\n")
-            servers.start(config_path, sockets, urls)
+        with _ServerGroup(run_dir, token, external_policy=policy_base_url is not None) as servers:
+            with contextlib.ExitStack() as bound:
+                # The launcher's copies of the sockets close on every way out of this block (a
+                # config that does not validate included); each server keeps its own.
+                sockets = {name: bound.enter_context(_listening_socket()) for name in SERVERS}
+                urls = {name: f"http://127.0.0.1:{sock.getsockname()[1]}" for name, sock in sockets.items()}
+                config = DemoConfig(
+                    run_dir=run_dir.resolve(),
+                    seed=seed,
+                    plan=plan,
+                    model_url=urls["model"],
+                    resources_url=urls["resources"],
+                    agent_url=urls["agent"],
+                    policy_base_url=policy_base_url,
+                    policy_model=policy_model or SCRIPTED_POLICY_MODEL,
+                    stream=stream,
+                )
+                config_path = run_dir / "demo_config.json"
+                config_path.write_text(config.model_dump_json(indent=2) + "\n")
+                servers.start(config_path, sockets, urls)
             servers.wait_ready()
             ready_s = time.monotonic() - started
             collection = CollectionConfig(
                 input_path=tasks_path,
                 output_path=run_dir / "rollouts.jsonl",
-                agent_url=urls["agent"],
+                # The collector has no header option: aiohttp sends this URL's user info as Basic
+                # credentials, which the agent accepts (`DemoGuard`), and never shows it in a URL.
+                agent_url=urls["agent"].replace("://", f"://{_COLLECTOR_USER}:{token}@", 1),
                 num_repeats=1,
                 concurrency=concurrency,
                 max_attempts=max_attempts,
@@ -166,6 +198,11 @@ def with_policy_timeout(plan: FaultPlan, policy_timeout_s: float) -> FaultPlan:
         }
     )
     return plan.model_copy(update={"limits": Limits.model_validate(limits.model_dump())})
+
+
+def _new_token() -> str:
+    """The run's token: 256 random bits, URL-safe so it can stand in a URL's user info."""
+    return secrets.token_urlsafe(32)
 
 
 # --- Files ---------------------------------------------------------------------------------------
@@ -238,8 +275,10 @@ def _listening_socket() -> socket.socket:
 class _ServerGroup:
     """The demo's server processes, stopped on every way out of the `with` block."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, token: str, *, external_policy: bool = False) -> None:
         self.run_dir = run_dir
+        self.token = token
+        self.external_policy = external_policy
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.urls: dict[str, str] = {}
         self._guarded: list[signal.Signals] | None = None
@@ -303,12 +342,21 @@ class _ServerGroup:
 
     # Servers ------------------------------------------------------------------------------------
 
-    def start(self, config_path: Path, sockets: dict[str, socket.socket], urls: dict[str, str]) -> None:
+    def environment(self, name: str) -> dict[str, str]:
+        """Server `name`'s environment: the launcher's, with the run's token, and without an API key
+        unless it is the agent of a run with an external policy (the only process that uses one)."""
         env = dict(os.environ)
+        if not (name == "agent" and self.external_policy):
+            for variable in API_KEY_ENV:
+                env.pop(variable, None)
+        env[TOKEN_ENV] = self.token
         # The servers import this very copy of the package, whatever put it on this sys.path.
         package_root = str(Path(gym_failures.__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def start(self, config_path: Path, sockets: dict[str, socket.socket], urls: dict[str, str]) -> None:
         self.urls = dict(urls)
         try:
             for name, module in SERVERS.items():
@@ -331,7 +379,7 @@ class _ServerGroup:
                         stderr=subprocess.STDOUT,
                         pass_fds=(sock.fileno(),),
                         start_new_session=True,
-                        env=env,
+                        env=self.environment(name),
                         cwd=self.run_dir,
                     )
         finally:
@@ -358,7 +406,7 @@ class _ServerGroup:
                         f"the {name} server exited with status {code} before it was ready:\n"
                         + self._tail(name)
                     )
-                if _healthy(self.urls[name]):
+                if _healthy(self.urls[name], self.token):
                     del pending[name]
             if pending and time.monotonic() > deadline:
                 names = ", ".join(sorted(pending))
@@ -395,9 +443,12 @@ def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
         os.killpg(process.pid, signum)
 
 
-def _healthy(url: str) -> bool:
+def _healthy(url: str, token: str) -> bool:
+    """Whether the server at `url` answers its `/health` with 200, asked directly (never through a
+    proxy from the environment) and with the run's token."""
+    request = urllib.request.Request(f"{url}/health", headers={TOKEN_HEADER: token})
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=1.0) as reply:
+        with _LOOPBACK.open(request, timeout=1.0) as reply:
             return bool(reply.status == 200)
     except (OSError, urllib.error.URLError):
         return False

@@ -17,6 +17,8 @@ The policy serves plain JSON and, with `"stream": true`, the Responses API's ser
 `response.incomplete` or `response.failed` carrying the failure report under
 `FailureHeader.STREAM_FIELD`); the judge answers plain JSON.
 
+Every request must carry the run's token (`gym_failures.demo._serve.DemoGuard`).
+
 Faults (see `gym_failures.demo._plan`) are injected only into requests that carry the demo's identity
 headers, and each one is recorded in `<run_dir>/model.injected.jsonl`. Failures this server produces
 carry the stage of the caller's role: `agent` for the policy, `verification` for the judge.
@@ -57,6 +59,7 @@ from gym_failures.demo._serve import (
     ROLLOUT_HEADER,
     TRY_HEADER,
     DemoConfig,
+    DemoGuard,
     health,
     main,
 )
@@ -396,8 +399,8 @@ def _int(value: object) -> int:
     return 0
 
 
-def create_app(config: DemoConfig) -> ASGIApp:
-    """The model server's ASGI app."""
+def create_app(config: DemoConfig, token: str) -> ASGIApp:
+    """The model server's ASGI app; every request must carry the run's `token` (`DemoGuard`)."""
     recorder = FaultRecorder(config.run_dir, "model")
     server = _ModelServer(config, recorder)
 
@@ -414,8 +417,9 @@ def create_app(config: DemoConfig) -> ASGIApp:
             Route("/health", health, methods=["GET"]),
         ],
         middleware=[
+            Middleware(DemoGuard, token=token),
             # An unexpected exception here is the model server's own 5xx.
-            Middleware(FailureReportMiddleware, boundary="model", default_failure_kind=MODEL_SERVER_ERROR)
+            Middleware(FailureReportMiddleware, boundary="model", default_failure_kind=MODEL_SERVER_ERROR),
         ],
         lifespan=lifespan,
     )

@@ -10,12 +10,20 @@ Run by the launcher as `python -m gym_failures.demo.resources_server --config ..
   wall-time limit after which the whole group is killed. A command that runs out of memory fails as
   `provider_oom_killed`, one that runs out of time as `provider_command_timeout` (boundary
   `sandbox`, stage `agent`); any other exit code is the command's own result, returned to the policy.
+  Only commands on the demo's allowlist (`gym_failures.demo._serve.ALLOWED_COMMAND`, the agent's
+  too) are run, whoever asks: any other is refused, unrun, as `provider_request_failed` (boundary
+  `sandbox`, stage `agent`). That is the sandbox provider refusing a request, not
+  `agent_command_not_allowed`: the agent screens the policy's commands first and fails with that
+  kind (the policy's own fault), so a command that reaches the sandbox and is refused got past the
+  harness, or came from outside it, and is not the policy's to answer for.
 - `POST /verify` `{"session_id", "response"}` -> `{"verdict", "extracted_answer", "reward"}`:
   extracts the policy's final answer (`Final answer: <number>`) from the Responses object's output
   text and asks the judge model (the model server, role `judge`) whether it matches the expected
   answer. An answer that cannot be extracted is `incorrect` without a judge call. The judge's reply
   must hold `VERDICT: CORRECT` or `VERDICT: INCORRECT`, else `judge_unparseable`; a failed judge call
   is `judge_failed`, caused by the model failure; a verifier that raises is `verifier_error`.
+
+Every request must carry the run's token and a JSON body (`gym_failures.demo._serve.DemoGuard`).
 
 The sandbox limits memory and time; it is not an isolation boundary. Commands run as the user who
 started the demo, with a minimal environment (no inherited variables, so no credentials).
@@ -55,8 +63,11 @@ from gym_failures.demo._serve import (
     ROLE_HEADER,
     ROLLOUT_HEADER,
     SCRIPTED_JUDGE_MODEL,
+    TOKEN_HEADER,
     TRY_HEADER,
     DemoConfig,
+    DemoGuard,
+    command_allowed,
     health,
     main,
 )
@@ -69,6 +80,7 @@ from gym_failures.failure_kinds import (
     KILL_SHAPED,
     PROVIDER_COMMAND_TIMEOUT,
     PROVIDER_OOM_KILLED,
+    PROVIDER_REQUEST_FAILED,
     SESSION_LOST,
     VERIFIER_ERROR,
     FailureStage,
@@ -206,8 +218,9 @@ async def _json_body(request: Request, stage: FailureStage) -> dict[str, Any]:
 
 
 class _ResourcesServer:
-    def __init__(self, config: DemoConfig, recorder: FaultRecorder) -> None:
+    def __init__(self, config: DemoConfig, recorder: FaultRecorder, token: str) -> None:
         self.config = config
+        self.token = token
         self.plan = config.plan
         self.recorder = recorder
         self.sessions: dict[str, _Session] = {}
@@ -259,6 +272,22 @@ class _ResourcesServer:
                 failure_kind=ENVIRONMENT_PROTOCOL_VIOLATION,
                 failure_reason="/sandbox/run needs a non-empty `command` string",
                 stage="agent",
+            )
+        if not command_allowed(command):
+            # Checked here too, not only by the agent: the sandbox runs what it is sent, so it is
+            # the sandbox that must refuse. Never run, so nothing is drawn or recorded for it.
+            raise SandboxFailure(
+                failure_kind=PROVIDER_REQUEST_FAILED,
+                failure_reason=(
+                    'the sandbox runs only python3 -c "print(<arithmetic>)" commands; '
+                    f"refused {command[:120]!r}"
+                ),
+                stage="agent",
+                details=SandboxFailureDetails(
+                    provider=PROVIDER,
+                    provider_status_reason="command not on the sandbox's allowlist; not run",
+                    sandbox_id=session.session_id,
+                ),
             )
         limits = self.plan.limits
         memory = limits.sandbox_memory_mib << 20
@@ -346,6 +375,7 @@ class _ResourcesServer:
 
         async def call(attempt_id: str) -> dict[str, Any]:
             headers = {
+                TOKEN_HEADER: self.token,
                 ROLE_HEADER: "judge",
                 ROLLOUT_HEADER: session.rollout_id,
                 ATTEMPT_HEADER: str(session.attempt),
@@ -454,15 +484,17 @@ def _run_failure(
     return None
 
 
-def create_app(config: DemoConfig) -> ASGIApp:
-    """The resources server's ASGI app."""
+def create_app(config: DemoConfig, token: str) -> ASGIApp:
+    """The resources server's ASGI app; every request must carry the run's `token` (`DemoGuard`),
+    which it also sends on its own calls to the model server."""
     recorder = FaultRecorder(config.run_dir, "resources")
-    server = _ResourcesServer(config, recorder)
+    server = _ResourcesServer(config, recorder, token)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         server.workdirs.mkdir(exist_ok=True)
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        # Loopback only: proxy variables are ignored (trust_env=False, aiohttp's default, spelt out).
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30), trust_env=False) as http:
             server.http = http
             try:
                 yield
@@ -480,11 +512,12 @@ def create_app(config: DemoConfig) -> ASGIApp:
             Route("/health", health, methods=["GET"]),
         ],
         middleware=[
+            Middleware(DemoGuard, token=token),
             Middleware(
                 FailureReportMiddleware,
                 boundary="resources_server",
                 default_failure_kind=INFRASTRUCTURE_ERROR,
-            )
+            ),
         ],
         lifespan=lifespan,
     )
