@@ -45,8 +45,18 @@ retried, never an outcome; a rollout with only such rows has no outcome yet and 
 without a rollout id (some legacy rows) is a rollout of its own. A success row is `scored` when it has a
 verdict and no gate class; one with a gate class is counted under it, by the class's responsibility
 (`classify_failure`); a final failure row is counted by the responsibility of its kind, stage and the
-HTTP status of its failure event. `expected` is given, else the number of distinct rollouts seen. A row
-with neither `result` nor `failure` is no rollout row and is skipped (`other_rows`).
+HTTP status of its failure event. A row with neither `result` nor `failure` is no rollout row and is
+skipped (`other_rows`).
+
+`expected`, the rollouts the run should have, comes from the caller when given (`expected_source`
+`"given"`); else, for `read_coverage`, from the collection manifests beside the row files
+(`<output>.manifest.json`, `expected_rollouts`: tasks times `num_repeats`; several runs' files sum
+their runs', `"manifest"`); else it is the number of distinct rollouts seen (`"rows_seen"`). The last
+cannot count a rollout that left no row at all as missing, so the verdict then carries a warning
+(`GateVerdict.warnings`); it does not fail the run by itself.
+
+A row is read, never trusted: a value of the wrong type (a list where a string belongs, a number for
+a mapping) is no evidence, and no row makes the gate raise.
 
 This module imports pydantic, the standard library and the row reader only.
 """
@@ -57,11 +67,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast, get_args
+from typing import Any, Literal, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from gym_failures.collection._rows import JsonlScan, normalized, read_rows
+from gym_failures.collection._rows import JsonlScan, manifest_expected_rollouts, normalized, read_rows
 from gym_failures.failure_kinds import (
     EMPTY_ANSWER,
     GRADING_WITHOUT_VERDICT,
@@ -147,7 +157,10 @@ def _text_parts(content: object, part_types: frozenset[str]) -> list[str]:
     texts = []
     for part in content:
         part = _mapping(part)
-        if part is not None and part.get("type") in part_types and isinstance(part.get("text"), str):
+        if part is None:
+            continue
+        kind = part.get("type")
+        if isinstance(kind, str) and kind in part_types and isinstance(part.get("text"), str):
             texts.append(part["text"])
     return texts
 
@@ -280,6 +293,10 @@ class Coverage(BaseModel):
     """Rows with neither a `result` nor a `failure`: not rollout rows, skipped."""
     invalid_lines: int = 0
     torn_tails: int = 0
+    expected_source: Literal["given", "manifest", "rows_seen"] = "given"
+    """Where `expected` came from: the caller, the collection manifests, or the rollouts seen."""
+    manifests: list[str] = Field(default_factory=list)
+    """The manifests `expected` was read from."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -326,7 +343,7 @@ def _failure_evidence(row: Mapping[str, Any]) -> tuple[str | None, FailureStage 
     if not isinstance(kind, str):
         kind = event.failure_kind if event is not None else None
     stage = failure.get("stage")
-    if stage not in _STAGES:
+    if not (isinstance(stage, str) and stage in _STAGES):
         stage = event.stage if event is not None else None
     status = event.http_status if event is not None else None
     return kind, cast(FailureStage | None, stage), status
@@ -394,9 +411,11 @@ def _coverage(
             assert outcome.kind is not None
             gate_derived[outcome.failure_class] += 1
             gate_by_kind[outcome.kind] += 1
+    source: Literal["given", "rows_seen"] = "rows_seen" if expected is None else "given"
     expected = seen if expected is None else expected
     return Coverage(
         expected=expected,
+        expected_source=source,
         seen=seen,
         scored=categories["scored"],
         unscored=categories["unscored"],
@@ -419,8 +438,13 @@ def read_coverage(
 ) -> Coverage:
     """The coverage of the rows in `paths` (success and failure files, in any order).
 
+    Without `expected`, the collection manifests beside the files give it (see the module docstring).
     Invalid lines and a torn last line are skipped and counted, as `read_rows` reads them.
     """
+    paths = list(paths)
+    manifests: list[Path] = []
+    if expected is None:
+        expected, manifests = manifest_expected_rollouts(paths)
     scans: list[JsonlScan] = []
 
     def rows() -> Iterable[dict[str, Any]]:
@@ -430,12 +454,13 @@ def read_coverage(
             yield from read_rows(path, scan)
 
     coverage = rollout_coverage(rows(), expected, rules, config)
-    return coverage.model_copy(
-        update={
-            "invalid_lines": sum(len(scan.invalid_lines) for scan in scans),
-            "torn_tails": sum(scan.torn_tail is not None for scan in scans),
-        }
-    )
+    update: dict[str, Any] = {
+        "invalid_lines": sum(len(scan.invalid_lines) for scan in scans),
+        "torn_tails": sum(scan.torn_tail is not None for scan in scans),
+    }
+    if manifests:
+        update.update(expected_source="manifest", manifests=[str(path) for path in manifests])
+    return coverage.model_copy(update=update)
 
 
 # --- The verdict -------------------------------------------------------------------------------
@@ -463,7 +488,7 @@ class GateThresholds(BaseModel):
 
 
 class GateVerdict(BaseModel):
-    """The gate's answer: `passed`, and each threshold the coverage failed."""
+    """The gate's answer: `passed`, each threshold the coverage failed, and what weakens the answer."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -471,6 +496,8 @@ class GateVerdict(BaseModel):
     reasons: list[str]
     coverage: Coverage
     thresholds: GateThresholds
+    warnings: list[str] = Field(default_factory=list)
+    """What the verdict could not check (such as an `expected` taken from the rows seen)."""
 
 
 def check(coverage: Coverage, thresholds: GateThresholds | None = None) -> GateVerdict:
@@ -500,4 +527,13 @@ def check(coverage: Coverage, thresholds: GateThresholds | None = None) -> GateV
         reasons.append(f"{coverage.missing} rollouts missing (maximum {thresholds.max_missing})")
     if coverage.unexpected:
         reasons.append(f"{coverage.unexpected} more outcomes than the {coverage.expected} expected")
-    return GateVerdict(passed=not reasons, reasons=reasons, coverage=coverage, thresholds=thresholds)
+    warnings: list[str] = []
+    if coverage.expected_source == "rows_seen":
+        warnings.append(
+            f"expected was taken from the {coverage.seen} distinct rollouts seen (no expected count was "
+            "given and no collection manifest sits beside the rows): a rollout that left no row at all "
+            "is not counted as missing"
+        )
+    return GateVerdict(
+        passed=not reasons, reasons=reasons, coverage=coverage, thresholds=thresholds, warnings=warnings
+    )
