@@ -882,3 +882,69 @@ async def test_relay_stream_observes_the_report_as_soon_as_it_is_read() -> None:
                 break
         assert failure.event_id in log.report.events
         await relay.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_gym_failure_under_a_group_leaf_is_kept_as_cause() -> None:
+    model = ModelFailure(failure_kind="model_context_limit", failure_reason="too long")
+
+    async def fail() -> None:
+        try:
+            raise model
+        except ModelFailure as error:
+            raise RuntimeError("the tool loop gave up") from error
+
+    async def handler(request: Request) -> Response:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(fail())
+        return PlainTextResponse("unreachable")
+
+    async with in_process(starlette_app(Route("/", handler))) as client:
+        response = await client.get("/")
+
+    report = report_of(response)
+    assert report.failure_id is not None
+    assert report.events[report.failure_id].cause_id == model.event_id
+
+
+async def test_the_requests_credentials_are_removed_from_operation_and_provider_status() -> None:
+    token = "Zq81mPp0vLx3"
+
+    async def handler(request: Request) -> Response:
+        raise SandboxFailure(
+            failure_kind=PROVIDER_UNAVAILABLE,
+            operation=f"chat/{token}/completions",
+            details={"provider_status_reason": f"tenant {token} over quota"},
+        )
+
+    async with in_process(starlette_app(Route("/", handler))) as client:
+        response = await client.get("/", headers={"x-api-key": token})
+
+    assert token not in response.headers[FailureHeader.NAME]
+    assert report_of(response).failure_id is not None
+
+
+async def test_headers_given_as_any_iterable_pass_through() -> None:
+    async def inner(scope: Scope, receive: Receive, send: Send) -> None:
+        headers = ((name, value) for name, value in [(b"content-type", b"text/plain")])
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    recorder = await drive(FailureReportMiddleware(inner, boundary="agent"))
+    (start,) = recorder.of_type("http.response.start")
+    assert list(start["headers"]) == [(b"content-type", b"text/plain")]
+
+
+async def test_relay_stream_observes_a_report_once() -> None:
+    failure = model_failure("stream failed")
+    field = FailureHeader.stream_value(failure.failure_report())
+    terminal = sse_event("response.failed", {"type": "response.failed", FailureHeader.STREAM_FIELD: field})
+
+    async def upstream() -> AsyncIterator[bytes]:
+        yield terminal
+
+    with RequestFailureLog.capture() as log:
+        for _ in range(RequestFailureLog.MAX_EVENTS):
+            log.add(model_failure().failure_report().model_copy(update={"failure_id": None}))
+        async for _ in relay_stream(upstream()):
+            pass
+    assert log.dropped_events == 1

@@ -641,3 +641,34 @@ def test_demo_refuses_an_external_model_without_its_endpoint(tmp_path: Path) -> 
     assert result.exit_code == 2
     assert "needs both --model-base-url and --model-name" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_collect_with_a_bad_agent_url_is_a_usage_error_without_the_password(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": 1}\n')
+    result = CliRunner().invoke(
+        app,
+        [
+            "collect",
+            str(tasks),
+            "--agent-url",
+            "http://user:S3cretPassw0rd@host:99999/",
+            "--output",
+            str(tmp_path / "out.jsonl"),
+        ],
+    )
+    assert result.exit_code == 2
+    assert "S3cretPassw0rd" not in result.output
+
+
+def test_explain_reads_a_row_holding_a_lone_surrogate(tmp_path: Path) -> None:
+    """JSON may escape a lone surrogate; no terminal encoding can write one."""
+    failures = tmp_path / "rows_failures.jsonl"
+    failure = '{"failure_kind": "judge_failed", "failure_reason": "bad \\ud800 byte", "terminal": true}'
+    failures.write_text('{"rollout_id": "0:0", "attempt": 1, "final": true, "failure": ' + failure + "}\n")
+    text = _invoke("explain", failures, "--row", "0")
+    assert text.exit_code == 0
+    assert "bad \ufffd byte" in text.output
+    as_json = _invoke("explain", failures, "--row", "0", "--json")
+    assert as_json.exit_code == 0
+    assert json.loads(as_json.output)[0]

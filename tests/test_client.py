@@ -470,3 +470,32 @@ def test_a_retry_after_of_non_ascii_digits_is_no_evidence() -> None:
 
     assert _retry_after({"Retry-After": "²"}) is None
     assert _retry_after({"Retry-After": "7"}) == 7.0
+
+
+async def _small_failure(request: Request) -> Response:
+    async def body() -> AsyncIterator[bytes]:
+        yield b'{"error": '
+        yield b'"quota exceeded"}'
+
+    return StreamingResponse(body(), status_code=429)
+
+
+async def test_a_small_failed_body_stays_readable_after_raise_for_status(client: ClientName) -> None:
+    """The usual `except` block reads the body again; a body within the bound must still be there."""
+    app = Starlette(routes=[Route("/", _small_failure), Route("/fixed", plain_429)])
+    with serving(app) as url:
+        for path in ("/", "/fixed"):
+            if client == "aiohttp":
+                async with aiohttp.ClientSession() as session, session.get(url + path) as reply:
+                    with pytest.raises(aiohttp.ClientResponseError):
+                        await raise_for_status(reply, boundary="model")
+                    assert await reply.read() == b'{"error": "quota exceeded"}'
+            else:
+                async with httpx.AsyncClient() as http, http.stream("GET", url + path) as response:
+                    with pytest.raises(httpx.HTTPStatusError):
+                        await raise_for_status(response, boundary="model")
+                    assert await response.aread() == b'{"error": "quota exceeded"}'
+
+
+async def plain_429(request: Request) -> Response:
+    return PlainTextResponse('{"error": "quota exceeded"}', status_code=429)

@@ -565,3 +565,11 @@ def test_a_non_ascii_value_over_the_byte_bound_is_omitted() -> None:
     assert len(value) <= FailureHeader.MAX_BYTES < len(value.encode())
     report = FailureHeader.decode({FailureHeader.NAME: value})
     assert report == FailureReport(omitted=True)
+
+
+def test_a_header_holding_undecodable_bytes_is_omitted_not_raised() -> None:
+    """aiohttp hands undecodable header bytes over as surrogate escapes."""
+    report = FailureHeader.decode({FailureHeader.NAME: '{"omitted":\udcff}'})
+    assert report == FailureReport(omitted=True)
+    long = FailureHeader.decode({FailureHeader.NAME: '{"omitted": true, "x": "' + "\udcff" * 5000 + '"}'})
+    assert long == FailureReport(omitted=True)

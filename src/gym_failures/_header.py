@@ -190,7 +190,8 @@ class FailureHeader:
         if (
             not isinstance(value, str)
             or len(value) > cls.MAX_BYTES
-            or (not value.isascii() and len(value.encode()) > cls.MAX_BYTES)
+            # aiohttp hands undecodable bytes over as surrogate escapes: count them as the bytes they were.
+            or (not value.isascii() and len(value.encode("utf-8", "surrogateescape")) > cls.MAX_BYTES)
         ):
             size = len(value) if isinstance(value, str) else 0
             _log_invalid("a reply header", size, ValueError("not a bounded string"))
@@ -205,7 +206,7 @@ class FailureHeader:
             # place, in objects nobody else holds, and the unknown-kind retry reuse the parse.
             data = _with_event_ids(pydantic_core.from_json(value))
             return _report_keeping_unknown_kinds(data)
-        except (ValidationError, ValueError, RecursionError) as error:
+        except (ValidationError, ValueError, TypeError, RecursionError) as error:
             _log_invalid(where, len(value), error)
             return FailureReport(omitted=True)
 

@@ -54,7 +54,8 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
     (re.compile(r"\bAIza[0-9A-Za-z_-]{30,}"), REDACTED),  # Google API keys
     (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), REDACTED),  # Hugging Face tokens
     # JSON Web Tokens: three base64url parts, the first a JSON object ("eyJ" is '{"').
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), REDACTED),
+    # (from a token's start only: from every "eyJ" inside one, the scan was quadratic)
+    (re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), REDACTED),
     # name=value, name: value, "name": "value" where the name says secret. A value that is already the
     # marker is matched whole, so redacting twice (each hop does) does not grow it to "[REDACTED]]".
     (

@@ -64,7 +64,7 @@ from gym_failures.failure_transport import (
     StreamFailureReportReader,
     report_for_current_request,
 )
-from gym_failures.failures import NgFailureEvent, _type_name, bounded_text
+from gym_failures.failures import NgFailureEvent, _type_name, bounded_text, explicit_gym_cause
 
 __all__ = ["FailureReportMiddleware", "relay_stream", "sse_event", "stream_failure_field"]
 
@@ -151,7 +151,10 @@ class FailureReportMiddleware:
                 else:
                     # An app may set the header itself (a failure it replies with, not raises): it is
                     # scrubbed too. Inline: this runs on every reply. ASGI header names are lower case.
-                    for name, _ in message.get("headers", ()):
+                    headers = message.get("headers", ())
+                    if not isinstance(headers, list | tuple):  # any iterable: read it once, keep it
+                        headers = message["headers"] = list(headers)
+                    for name, _ in headers:
                         if name == _HEADER_NAME:
                             message = _with_report_header(message, None, scope)
                             break
@@ -199,9 +202,13 @@ class FailureReportMiddleware:
             return error
         if isinstance(error, BaseExceptionGroup):
             leaves = list(_leaves(error))
-            gym = [leaf for leaf in leaves if isinstance(leaf, NgFailureEvent)]
-            if len(leaves) == 1 and gym:
-                return gym[0]
+            # A leaf raised `from` a Gym failure carries it, as outside a group.
+            found = (
+                leaf if isinstance(leaf, NgFailureEvent) else explicit_gym_cause(leaf) for leaf in leaves
+            )
+            gym = [failure for failure in found if failure is not None]
+            if len(leaves) == 1 and isinstance(leaves[0], NgFailureEvent):
+                return leaves[0]
             failure = self._wrap(error, known_secrets)
             if gym:
                 failure.__cause__ = gym[0]
@@ -262,15 +269,28 @@ def _scrubbed(report: FailureReport, scope: Scope) -> FailureReport:
         return report
     changed: dict[str, FailureEvent] = {}
     for event_id, event in report.events.items():
-        texts = [event.failure_reason, event.foreign_error.message if event.foreign_error else ""]
-        if any(secret in text for secret in secrets for text in texts):
-            # The marker is longer than a short secret: cut again so the event keeps its bound.
-            update: dict[str, Any] = {"failure_reason": bounded_text(redact(event.failure_reason, secrets))}
-            if event.foreign_error is not None:
-                update["foreign_error"] = event.foreign_error.model_copy(
-                    update={"message": bounded_text(redact(event.foreign_error.message, secrets))}
-                )
-            changed[event_id] = event.model_copy(update=update)
+        status_reason = getattr(event.details, "provider_status_reason", None)
+        texts = [
+            event.failure_reason,
+            event.foreign_error.message if event.foreign_error else "",
+            event.operation or "",
+            status_reason or "",
+        ]
+        if not any(secret in text for secret in secrets for text in texts):
+            continue
+        # The marker is longer than a short secret: cut again so the event keeps its bounds.
+        update: dict[str, Any] = {"failure_reason": bounded_text(redact(event.failure_reason, secrets))}
+        if event.foreign_error is not None:
+            update["foreign_error"] = event.foreign_error.model_copy(
+                update={"message": bounded_text(redact(event.foreign_error.message, secrets))}
+            )
+        if event.operation is not None:
+            update["operation"] = bounded_text(redact(event.operation, secrets), 256)
+        if event.details is not None and status_reason is not None:
+            update["details"] = event.details.model_copy(
+                update={"provider_status_reason": bounded_text(redact(status_reason, secrets))}
+            )
+        changed[event_id] = event.model_copy(update=update)
     if not changed:
         return report
     return FailureReport.model_construct(
@@ -385,7 +405,8 @@ async def relay_stream(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
             yield chunk
     finally:
         reader.finish()
-        reader.observe()
+        if reader.report is not observed:
+            reader.observe()
         aclose = getattr(iterator, "aclose", None)
         if aclose is not None:
             await aclose()

@@ -30,6 +30,7 @@ from typing import Annotated, Any
 
 import duckdb
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
@@ -72,6 +73,7 @@ _CLASS_STYLES = {"model": "blue", "evaluation": "red", "unknown": "yellow"}
 # Terminal control characters: C0 but tab and newline, DEL, and C1.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _C1 = re.compile("[\x7f-\x9f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def main() -> None:
@@ -101,8 +103,10 @@ def _print_json(text: str) -> None:
 
 
 def _clean(value: object) -> str:
-    """Text from a row for the terminal: `(none)` for None, terminal control characters stripped."""
-    return _CONTROL.sub("", "(none)" if value is None else str(value))
+    """Text from a row for the terminal: `(none)` for None, terminal control characters stripped, a
+    lone surrogate (a row may hold "\ud800") replaced, since no terminal encoding can write it."""
+    text = _CONTROL.sub("", "(none)" if value is None else str(value))
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def _cell(value: object, style: str = "") -> Text:
@@ -346,11 +350,9 @@ def explain(
         explanations = rollout_rows(input_files(paths), rollout)
         missing = f"no row of rollout {rollout!r} found"
     if json_output:
-        _print_json(
-            "[" + ",\n".join(item.model_dump_json(indent=2) for item in explanations) + "]"
-            if explanations
-            else "[]"
-        )
+        # json.dumps, not pydantic's serializer: a saved row may hold a lone surrogate ("\ud800"), which
+        # pydantic refuses to encode and JSON writes as an escape.
+        _print_json(json.dumps([item.model_dump(mode="json") for item in explanations], indent=2))
     else:
         console = _stdout()
         for explanation in explanations:
@@ -490,16 +492,19 @@ def collect(
         raise typer.Exit(code=1) from None
     from gym_failures.failures import NgFailureEvent
 
-    config = CollectionConfig(
-        input_path=input_path,
-        output_path=output,
-        agent_url=agent_url,
-        num_repeats=num_repeats,
-        concurrency=concurrency,
-        max_attempts=max_attempts,
-        timeout_s=timeout,
-        force_resume=force_resume,
-    )
+    try:
+        config = CollectionConfig(
+            input_path=input_path,
+            output_path=output,
+            agent_url=agent_url,
+            num_repeats=num_repeats,
+            concurrency=concurrency,
+            max_attempts=max_attempts,
+            timeout_s=timeout,
+            force_resume=force_resume,
+        )
+    except ValidationError as error:  # its text holds no input (hide_input_in_errors)
+        raise _usage_error(str(error)) from None
     with _progress_bar(not json_output, "collecting") as update:
         on_progress = None if update is None else (lambda done, total: update(float(done), float(total)))
         try:
@@ -627,6 +632,8 @@ def demo(
         except KeyboardInterrupt:
             _stderr().print(Text("interrupted; every demo server is stopped", style="red"))
             raise typer.Exit(code=130) from None
+        except ValueError as error:  # a refused option (a model URL with secrets); never echoes them
+            raise _usage_error(str(error)) from None
     files = [run_dir / "rollouts.jsonl", run_dir / "rollouts_failures.jsonl"]
     summary = summarize_rows(files)
     report = run_dir / "report.html"

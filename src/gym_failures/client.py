@@ -125,30 +125,43 @@ def _facts(response: Any) -> tuple[int, Mapping[str, str], str, str]:
 
 async def _content(response: Any) -> bytes:
     """The reply's body, at most `_MAX_CONTENT` bytes: a failed reply's body is evidence, not data, and
-    a peer can send one without end. A body the client already read is used as it is (cut)."""
+    a peer can send one without end.
+
+    A body within the bound stays readable afterwards (`await response.read()` / `aread()` return it,
+    as before this call); only the stream of a body over the bound is left consumed.
+    """
     try:
         if aiohttp is not None and isinstance(response, aiohttp.ClientResponse):
-            # aiohttp keeps a body read by `read()` here and has no public way to ask for it.
+            # aiohttp keeps a body read by `read()` in `_body`, and has no public way to ask for it
+            # or to hand it one: the private attribute is the cache `read()` itself uses.
             body: bytes | None = getattr(response, "_body", None)
             if body is not None:
                 return body[:_MAX_CONTENT]
+            length = response.content_length
+            if length is not None and length <= _MAX_CONTENT:
+                return await response.read()
             chunks = bytearray()
-            while len(chunks) < _MAX_CONTENT:
-                chunk = await response.content.read(_MAX_CONTENT - len(chunks))
+            while len(chunks) <= _MAX_CONTENT:
+                chunk = await response.content.read(_MAX_CONTENT + 1 - len(chunks))
                 if not chunk:
-                    break
+                    response._body = bytes(chunks)  # the whole body: keep it readable
+                    return bytes(chunks)
                 chunks += chunk
-            return bytes(chunks)
+            return bytes(chunks[:_MAX_CONTENT])
         try:
             return bytes(response.content[:_MAX_CONTENT])
         except httpx.ResponseNotRead:
+            length_header = response.headers.get("content-length", "")
+            if length_header.isascii() and length_header.isdigit() and int(length_header) <= _MAX_CONTENT:
+                return bytes(await response.aread())
             chunks = bytearray()
             async for chunk in response.aiter_bytes():
                 chunks += chunk
-                if len(chunks) >= _MAX_CONTENT:
-                    break
-            await response.aclose()
-            return bytes(chunks[:_MAX_CONTENT])
+                if len(chunks) > _MAX_CONTENT:
+                    await response.aclose()
+                    return bytes(chunks[:_MAX_CONTENT])
+            response._content = bytes(chunks)  # the whole body: keep it readable, as `aread()` does
+            return bytes(chunks)
     except Exception:  # the body broke off: the status is still the evidence
         return b""
 

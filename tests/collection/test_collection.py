@@ -478,7 +478,7 @@ async def test_a_manifest_without_the_expected_count_still_resumes(tmp_path: Pat
     await collect(config)
     manifest = json.loads(config.manifest_path.read_text())
     del manifest["expected_rollouts"]
-    config.manifest_path.write_text(json.dumps({**manifest, "version": 1}))
+    config.manifest_path.write_text(json.dumps(manifest))
     again = await collect(config)
     assert (again.already_done, again.attempts) == (1, 0)
     assert json.loads(config.manifest_path.read_text())["expected_rollouts"] == 1
@@ -588,3 +588,26 @@ async def test_an_invalid_agent_url_is_refused_before_anything_is_written(tmp_pa
     with pytest.raises(ValueError, match="agent_url"):
         _config(tmp_path, "127.0.0.1:8000", [{"mode": "ok"}])
     assert not (tmp_path / "out").exists()
+
+
+async def test_resume_of_an_earlier_manifest_version_is_refused(tmp_path: Path, agent_url: str) -> None:
+    """Version 1 numbered tasks by valid row, version 2 by line: the rollout ids can differ."""
+    config = _config(tmp_path, agent_url, [{"mode": "ok"}])
+    await collect(config)
+    manifest = json.loads(config.manifest_path.read_text())
+    manifest["version"] = 1
+    config.manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(CollectionFailure) as refused:
+        await collect(config)
+    assert refused.value.failure_kind == COLLECTION_RESUME_REFUSED
+    assert (await collect(config.model_copy(update={"force_resume": True}))).attempts == 0
+
+
+def test_a_config_error_never_echoes_the_agent_url(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="agent_url") as refused:
+        CollectionConfig(
+            input_path=tmp_path / "t.jsonl",
+            output_path=tmp_path / "o.jsonl",
+            agent_url="http://user:S3cretPassw0rd@host:99999/",
+        )
+    assert "S3cretPassw0rd" not in str(refused.value)

@@ -104,7 +104,8 @@ _IDENTITY = ("input_sha256", "num_repeats")
 class CollectionConfig(BaseModel):
     """What one collection run does."""
 
-    model_config = ConfigDict(extra="forbid")
+    # A mistyped agent URL can hold a password: never echo input in a validation error.
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     input_path: Path
     output_path: Path
@@ -235,6 +236,15 @@ def _check_manifest(config: CollectionConfig, expected: int) -> None:
                 failure_reason=(
                     f"{config.output_path} was collected from a different input or num_repeats "
                     "(manifest differs); use a new output path, or force the resume"
+                ),
+            )
+        # Version 1 numbered tasks by valid row, version 2 by line: their rollout ids can differ.
+        if isinstance(found, dict) and found.get("version") != MANIFEST_VERSION and not config.force_resume:
+            raise CollectionFailure(
+                failure_kind=COLLECTION_RESUME_REFUSED,
+                failure_reason=(
+                    f"{config.output_path} was collected by an earlier version that numbered tasks "
+                    "differently; use a new output path, or force the resume"
                 ),
             )
     elif (config.output_path.exists() or config.failures_path.exists()) and not config.force_resume:
