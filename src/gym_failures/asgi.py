@@ -152,7 +152,7 @@ class FailureReportMiddleware:
                     # An app may set the header itself (a failure it replies with, not raises): it is
                     # scrubbed too. Inline: this runs on every reply. ASGI header names are lower case.
                     headers = message.get("headers", ())
-                    if not isinstance(headers, list | tuple):  # any iterable: read it once, keep it
+                    if type(headers) is not list:  # any other iterable: read it once, and keep it
                         headers = message["headers"] = list(headers)
                     for name, _ in headers:
                         if name == _HEADER_NAME:
