@@ -611,3 +611,11 @@ def test_a_config_error_never_echoes_the_agent_url(tmp_path: Path) -> None:
             agent_url="http://user:S3cretPassw0rd@host:99999/",
         )
     assert "S3cretPassw0rd" not in str(refused.value)
+
+
+async def test_a_reply_over_the_size_bound_is_a_protocol_violation(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "ok"}], max_attempts=1, max_reply_bytes=10)
+    await collect(config)
+    (row,) = _rows(config.failures_path)
+    assert row["failure"]["failure_kind"] == ENVIRONMENT_PROTOCOL_VIOLATION
+    assert "over 10" in row["failure"]["failure_reason"]

@@ -115,6 +115,8 @@ class CollectionConfig(BaseModel):
     concurrency: int = Field(default=16, ge=1)
     max_attempts: int = Field(default=3, ge=1)
     timeout_s: float = Field(default=120.0, gt=0)
+    max_reply_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    """The largest episode reply read; a larger one is the agent's protocol violation, not memory."""
     force_resume: bool = False
 
     @field_validator("agent_url")
@@ -491,7 +493,7 @@ class Collector:
                 with map_transport_errors("collection", method="POST", url=url):
                     async with session.post(url, json=payload) as reply:
                         await raise_boundary_failure(reply, boundary="agent")
-                        body = await reply.read()
+                        body = await _bounded_body(reply, self.config.max_reply_bytes, target)
             except aiohttp.ClientError as error:
                 # Not a transport failure `map_transport_errors` names: the reply came but could not be
                 # read as HTTP (a header line over aiohttp's 8190 bytes, a malformed status line). The
@@ -515,6 +517,24 @@ class Collector:
                 failure_reason=f"{target}: the collector failed unexpectedly ({type(error).__name__})",
                 exception_type=_type_name(error),
             ) from error
+
+
+async def _bounded_body(reply: aiohttp.ClientResponse, limit: int, target: str) -> bytes:
+    """The reply's body, refused past `limit` bytes without reading further."""
+    if reply.content_length is not None and reply.content_length > limit:
+        raise CollectionFailure(
+            failure_kind=ENVIRONMENT_PROTOCOL_VIOLATION,
+            failure_reason=f"{target}: the reply's {reply.content_length} bytes are over {limit}",
+        )
+    body = bytearray()
+    while chunk := await reply.content.read(1 << 20):
+        body += chunk
+        if len(body) > limit:
+            raise CollectionFailure(
+                failure_kind=ENVIRONMENT_PROTOCOL_VIOLATION,
+                failure_reason=f"{target}: the reply is over {limit} bytes",
+            )
+    return bytes(body)
 
 
 def _episode_response(body: bytes, url: str) -> BaseEpisodeResponse:
