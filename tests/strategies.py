@@ -8,7 +8,7 @@ field within its bound, sometimes exactly at it.
 from __future__ import annotations
 
 from functools import cache
-from typing import get_args
+from typing import Any, get_args
 
 from hypothesis import strategies as st
 
@@ -32,6 +32,8 @@ __all__ = [
     "failure_stages",
     "foreign_errors",
     "http_statuses",
+    "json_values",
+    "objects_in",
 ]
 
 
@@ -153,3 +155,25 @@ def failure_reports(draw: st.DrawFn, max_events: int = 5) -> FailureReport:
         events[event_id] = draw(failure_events(event_id=event_id, cause_id=cause_id))
     failure_id = draw(st.one_of(st.none(), st.sampled_from(ids))) if ids else None
     return FailureReport(events=events, failure_id=failure_id, omitted=draw(st.booleans()))
+
+
+@cache
+def json_values() -> st.SearchStrategy[Any]:
+    """Any small JSON value: what a peer or a damaged file can hand a decoder."""
+    return st.recursive(
+        st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12)),
+        lambda children: st.one_of(
+            st.lists(children, max_size=4), st.dictionaries(st.text(max_size=12), children, max_size=4)
+        ),
+        max_leaves=12,
+    )
+
+
+def objects_in(node: Any) -> list[dict[str, Any]]:
+    """Every JSON object in `node`, `node` itself first, nested objects of objects after it."""
+    found: list[dict[str, Any]] = []
+    if isinstance(node, dict):
+        found.append(node)
+        for value in node.values():
+            found.extend(objects_in(value))
+    return found

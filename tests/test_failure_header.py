@@ -7,7 +7,6 @@ import json
 import logging
 import types
 from collections.abc import Callable, Mapping
-from functools import cache
 from typing import Any
 
 import httpx
@@ -19,7 +18,7 @@ from starlette.datastructures import Headers
 
 from gym_failures.failure_records import FailureEvent, FailureReport
 from gym_failures.failure_transport import UNREGISTERED_KIND_PREFIX, FailureHeader, FailureReportRow
-from tests.strategies import failure_reports
+from tests.strategies import failure_reports, json_values, objects_in
 
 NAME = FailureHeader.NAME
 OMITTED_VALUE = '{"omitted": true}'
@@ -297,26 +296,6 @@ def test_mapping_that_raises_is_read_as_omitted() -> None:
     assert FailureHeader.decode(_BrokenHeaders()) == FailureReport(omitted=True)
 
 
-@cache
-def _json_values() -> st.SearchStrategy[Any]:
-    return st.recursive(
-        st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12)),
-        lambda children: st.one_of(
-            st.lists(children, max_size=4), st.dictionaries(st.text(max_size=12), children, max_size=4)
-        ),
-        max_leaves=12,
-    )
-
-
-def _dicts(node: Any) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    if isinstance(node, dict):
-        found.append(node)
-        for value in node.values():
-            found.extend(_dicts(value))
-    return found
-
-
 @st.composite
 def _small_wires(draw: st.DrawFn) -> dict[str, Any]:
     """A valid report's wire form with short texts, so that damage to it is not hidden by the bound."""
@@ -358,15 +337,15 @@ def _damaged_wires(draw: st.DrawFn) -> Any:
     """A valid wire form with one value anywhere in it replaced or added, or any JSON at all; the new
     value is sometimes one valid elsewhere (an id, a kind, a boundary), to reach the cross-field rules."""
     if draw(st.integers(0, 4)) == 0:
-        return draw(_json_values())
+        return draw(json_values())
     wire = draw(_small_wires())
     replacement = draw(
         st.one_of(
-            _json_values(),
+            json_values(),
             st.sampled_from([*wire["events"], "sandbox", "new_kind", "Not A Kind", "empty_answer", 600]),
         )
     )
-    target = draw(st.sampled_from(_dicts(wire)))
+    target = draw(st.sampled_from(objects_in(wire)))
     key = draw(st.sampled_from([*target, "event_id", "cause_id", "failure_id", "details", "failure_kind"]))
     target[key] = replacement
     return wire

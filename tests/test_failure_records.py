@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from functools import cache
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from gym_failures.failure_records import (
     SdkErrorDetails,
     validate_failure_event_map,
 )
-from tests.strategies import failure_reports
+from tests.strategies import failure_reports, json_values, objects_in
 
 ID_FIELDS = ("event_id", "cause_id", "operation_id", "attempt_id")
 NAME_FIELDS = ("operation", "exception_type")
@@ -470,26 +469,6 @@ class TestEpisodeFailure:
             EpisodeFailure.model_validate({"failure_reason": "", "terminal": True, "retryable": True})
 
 
-@cache
-def _json_values() -> st.SearchStrategy[Any]:
-    return st.recursive(
-        st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12)),
-        lambda children: st.one_of(
-            st.lists(children, max_size=4), st.dictionaries(st.text(max_size=12), children, max_size=4)
-        ),
-        max_leaves=12,
-    )
-
-
-def _dicts(node: Any) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    if isinstance(node, dict):
-        found.append(node)
-        for value in node.values():
-            found.extend(_dicts(value))
-    return found
-
-
 @st.composite
 def _damaged_reports(draw: st.DrawFn) -> Any:
     """A valid report's JSON with one value anywhere in it replaced or added, or any JSON at all.
@@ -498,16 +477,16 @@ def _damaged_reports(draw: st.DrawFn) -> Any:
     event's id, a kind, a boundary), so the damage reaches the cross-field rules too.
     """
     if draw(st.integers(0, 4)) == 0:
-        return draw(_json_values())
+        return draw(json_values())
     data: Any = json.loads(draw(failure_reports()).model_dump_json())
     ids = sorted(data["events"])
     value = draw(
         st.one_of(
-            _json_values(),
+            json_values(),
             st.sampled_from([*ids, "sandbox", "model", "agent", "judge_failed", "empty_answer", 600, 99]),
         )
     )
-    target = draw(st.sampled_from(_dicts(data)))
+    target = draw(st.sampled_from(objects_in(data)))
     key = draw(
         st.sampled_from(
             [*target, "event_id", "cause_id", "failure_id", "details", "boundary", "failure_kind", "x"]

@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Final
 
 from gym_failures._header import LOGGER, FailureHeader
 from gym_failures._request_log import RequestFailureLog
-from gym_failures.failure_records import FailureReport
+from gym_failures.failure_records import FailureReport, _merged_taking_failure_id
 
 _LF: Final = 0x0A
 _CR: Final = 0x0D
@@ -270,13 +270,7 @@ class StreamFailureReportReader:
         if current is None:
             self.report = report
             return
-        merged = current.merged(report)
-        if merged.failure_id is None and report.failure_id is not None:
-            # Every event of `report` is in `merged`, its failure event included.
-            merged = FailureReport.model_construct(
-                events=merged.events, failure_id=report.failure_id, omitted=merged.omitted
-            )
-        self.report = merged
+        self.report = _merged_taking_failure_id(current, report)
 
     # --- chunks ----------------------------------------------------------------------------------
 

@@ -329,3 +329,18 @@ class BaseEpisodeResponse(BaseModel):
     @model_serializer(mode="wrap")
     def _serialize_response(self, handler: SerializerFunctionWrapHandler) -> Any:
         return _without_none(handler(self))
+
+
+def _merged_taking_failure_id(report: FailureReport, other: FailureReport) -> FailureReport:
+    """`report.merged(other)`, but a `report` without a failure takes `other`'s `failure_id`.
+
+    For readers that gather several reports of one outcome (a stream's terminal events, a row and
+    the reports merged into it): the first failure named wins. `other`'s failure event is in the
+    merged events, so the result stays valid without a second validation.
+    """
+    merged = report.merged(other)
+    if merged.failure_id is None and other.failure_id is not None:
+        merged = FailureReport.model_construct(
+            events=merged.events, failure_id=other.failure_id, omitted=merged.omitted
+        )
+    return merged

@@ -35,7 +35,7 @@ from gym_failures._header import (
 )
 from gym_failures._request_log import ModelOperationObservation, RequestFailureLog
 from gym_failures._stream_reader import StreamFailureReportReader
-from gym_failures.failure_records import FailureReport
+from gym_failures.failure_records import FailureReport, _merged_taking_failure_id
 from gym_failures.failures import failure_report_of
 
 __all__ = [
@@ -110,11 +110,7 @@ class FailureReportRow:
         """
         merged = cls.report(row)
         for report in reports:
-            merged = merged.merged(report)
-            if merged.failure_id is None and report.failure_id is not None:
-                merged = FailureReport.model_construct(
-                    events=merged.events, failure_id=report.failure_id, omitted=merged.omitted
-                )
+            merged = _merged_taking_failure_id(merged, report)
         result = {key: value for key, value in row.items() if key not in cls.KEYS}
         result.update(cls.fields(merged))
         return result
