@@ -24,7 +24,7 @@ from typing import Any, Final
 import pydantic_core
 from pydantic import ValidationError
 
-from gym_failures.failure_kinds import _UNREGISTERED_KIND_PREFIX, _kept_failure_kind
+from gym_failures.failure_kinds import wire_failure_kind
 from gym_failures.failure_records import (
     FailureEvent,
     FailureReport,
@@ -35,15 +35,11 @@ from gym_failures.failure_records import (
 
 LOGGER = logging.getLogger("gym_failures.failure_transport")
 
-UNREGISTERED_KIND_PREFIX: Final = _UNREGISTERED_KIND_PREFIX
-"""The namespace a forwarded event keeps when its kind is not registered here (a peer on another
-Gym version)."""
-
 _OMITTED_VALUE: Final = '{"omitted": true}'
 _OMITTED_FIELD: Final = {"omitted": True}
 
 
-def _report_keeping_unknown_kinds(value: Any) -> FailureReport:
+def report_keeping_unknown_kinds(value: Any) -> FailureReport:
     """`value` as a `FailureReport`. An event whose kind this Gym does not register (a server pinned to
     another version) is kept under `unregistered:<kind>` instead of invalidating the whole report; any
     other invalid value still raises."""
@@ -69,7 +65,7 @@ def _with_kept_kinds(value: Any) -> Any:
         kind = event.get("failure_kind") if isinstance(event, Mapping) else None
         if isinstance(kind, str):
             try:
-                kept = _kept_failure_kind(kind)
+                kept = wire_failure_kind(kind)
             except ValueError:
                 kept = kind  # not a name at all: let validation refuse it
             if kept != kind:
@@ -110,7 +106,9 @@ def _with_event_ids(data: Any) -> Any:
     return data
 
 
-def _log_invalid(where: str, size: int, error: Exception, names: frozenset[str] = _SCHEMA_NAMES) -> None:
+def log_invalid_report(
+    where: str, size: int, error: Exception, names: frozenset[str] = _SCHEMA_NAMES
+) -> None:
     if isinstance(error, ValidationError) and error.error_count():
         first = error.errors(include_input=False, include_url=False)[0]
         location = _schema_location(first["loc"], names)
@@ -181,7 +179,7 @@ class FailureHeader:
         try:
             value = _header_value(headers, cls.NAME)
         except Exception as error:  # a hostile Mapping; reading must never raise
-            _log_invalid("a reply header", 0, error)
+            log_invalid_report("a reply header", 0, error)
             return FailureReport(omitted=True)
         if value is None:
             return None
@@ -194,7 +192,7 @@ class FailureHeader:
             or (not value.isascii() and len(value.encode("utf-8", "surrogateescape")) > cls.MAX_BYTES)
         ):
             size = len(value) if isinstance(value, str) else 0
-            _log_invalid("a reply header", size, ValueError("not a bounded string"))
+            log_invalid_report("a reply header", size, ValueError("not a bounded string"))
             return FailureReport(omitted=True)
         return cls._decode_json(value, "a reply header")
 
@@ -205,9 +203,9 @@ class FailureHeader:
             # Python objects before validating either way. Parsing here lets the ids be restored in
             # place, in objects nobody else holds, and the unknown-kind retry reuse the parse.
             data = _with_event_ids(pydantic_core.from_json(value))
-            return _report_keeping_unknown_kinds(data)
+            return report_keeping_unknown_kinds(data)
         except (ValidationError, ValueError, TypeError, RecursionError) as error:
-            _log_invalid(where, len(value), error)
+            log_invalid_report(where, len(value), error)
             return FailureReport(omitted=True)
 
     @classmethod
@@ -229,17 +227,17 @@ class FailureHeader:
         try:
             value = payload.get(cls.STREAM_FIELD)
         except Exception as error:  # a hostile Mapping; reading must never raise
-            _log_invalid("a stream event", 0, error)
+            log_invalid_report("a stream event", 0, error)
             return FailureReport(omitted=True)
         if value is None:
             return None
         try:
-            report = _report_keeping_unknown_kinds(value)
+            report = report_keeping_unknown_kinds(value)
             size = len(report.__pydantic_serializer__.to_json(report))
             if size > cls.MAX_BYTES:
                 # The same rule as the header: `stream_value` never sends a report this large.
                 raise ValueError("a report over MAX_BYTES")
             return report
         except (ValidationError, ValueError, RecursionError) as error:
-            _log_invalid("a stream event", 0, error)
+            log_invalid_report("a stream event", 0, error)
             return FailureReport(omitted=True)

@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Final
 
 from gym_failures._header import LOGGER, FailureHeader
 from gym_failures._request_log import RequestFailureLog
-from gym_failures.failure_records import FailureReport, _merged_taking_failure_id
+from gym_failures.failure_records import FailureReport, merged_taking_failure_id
 
 _LF: Final = 0x0A
 _CR: Final = 0x0D
@@ -270,7 +270,7 @@ class StreamFailureReportReader:
         if current is None:
             self.report = report
             return
-        self.report = _merged_taking_failure_id(current, report)
+        self.report = merged_taking_failure_id(current, report)
 
     # --- chunks ----------------------------------------------------------------------------------
 

@@ -64,7 +64,7 @@ from gym_failures.failure_transport import (
     StreamFailureReportReader,
     report_for_current_request,
 )
-from gym_failures.failures import NgFailureEvent, _type_name, bounded_text, explicit_gym_cause
+from gym_failures.failures import NgFailureEvent, bounded_text, exception_type_name, explicit_gym_cause
 
 __all__ = ["FailureReportMiddleware", "relay_stream", "sse_event", "stream_failure_field"]
 
@@ -176,7 +176,7 @@ class FailureReportMiddleware:
             message = str(error)[:_MAX_REDACTED_INPUT]
         except Exception:  # a broken __str__ must not hide the failure
             message = ""
-        type_name = _type_name(error)
+        type_name = exception_type_name(error)
         reason = redact(f"{type_name}: {message}" if message else type_name, known_secrets)
         failure = NgFailureEvent(
             boundary=self.boundary,

@@ -57,15 +57,16 @@ from gym_failures.failure_kinds import (
 )
 from gym_failures.failure_records import FailureBoundary, FailureReport
 from gym_failures.failure_transport import (
-    _observe_reply,
+    FailureHeader,
     observe_failure,
     observe_model_operation,
+    observe_report,
 )
 from gym_failures.failures import (
-    _BY_BOUNDARY,
     HttpDetails,
     NgFailureEvent,
-    _type_name,
+    exception_type_name,
+    failure_type_for,
     new_event_id,
     rebuild_failure,
 )
@@ -183,7 +184,7 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 def _failure_class(boundary: FailureBoundary | str) -> type[NgFailureEvent]:
     """The exception class of `boundary` (`ModelFailure` for "model"), as `rebuild_failure` picks it,
     so `except ModelFailure` catches a model server's failure whether or not its reply had a report."""
-    return _BY_BOUNDARY[FailureBoundary(boundary)]
+    return failure_type_for(boundary)
 
 
 async def _failure_for(
@@ -243,7 +244,8 @@ async def raise_boundary_failure(
     reply carries no report.
     """
     status, headers, _, _ = _facts(response)
-    report = _observe_reply(headers)
+    report = FailureHeader.decode(headers)
+    observe_report(report)
     if 200 <= status < 300:
         return
     failure, _ = await _failure_for(
@@ -310,7 +312,8 @@ async def raise_for_status(
     """Observe `response`'s report; on a 4xx/5xx raise the library's own HTTP error type, carrying the
     rebuilt failure (`.failure`, also its `__cause__`) and the reply's content (`.content`)."""
     status, headers, _, _ = _facts(response)
-    report = _observe_reply(headers)
+    report = FailureHeader.decode(headers)
+    observe_report(report)
     if status < 400:
         return
     failure, content = await _failure_for(
@@ -404,7 +407,9 @@ def map_transport_errors(
         code = getattr(error, "errno", None)
         if code is None and aiohttp is not None and isinstance(error, aiohttp.ClientConnectorError):
             code = error.os_error.errno
-        cause = _type_name(error) + (f" [{errno.errorcode.get(code, code)}]" if isinstance(code, int) else "")
+        cause = exception_type_name(error) + (
+            f" [{errno.errorcode.get(code, code)}]" if isinstance(code, int) else ""
+        )
         target = f"{method} {safe_url}".strip()
         failure = _failure_class(boundary)(
             boundary=boundary,
@@ -414,7 +419,7 @@ def map_transport_errors(
             operation=operation,
             operation_id=operation_id,
             attempt_id=attempt_id,
-            exception_type=_type_name(error),
+            exception_type=exception_type_name(error),
         )
         failure.http_details = HttpDetails(method=method, url=safe_url, delivery=delivery)  # type: ignore[arg-type]
         raise failure from error
@@ -497,7 +502,7 @@ async def retry_model_call(
                 failure_reason=f"model call {operation_id} exceeded its {budget_s:g} s budget",
                 operation_id=operation_id,
                 attempt_id=attempt_id,
-                exception_type=_type_name(error),
+                exception_type=exception_type_name(error),
             )
             failure.http_details = HttpDetails(method="", url="", delivery="unknown")
             transport_failures += 1

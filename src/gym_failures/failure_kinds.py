@@ -238,7 +238,7 @@ _NAMESPACED_PATTERN = re.compile("[a-z][a-z0-9_]*:[a-z][a-z0-9_]*")
 
 # The namespace a forwarded event keeps when its kind is not registered here (re-exported by
 # `failure_transport` as `UNREGISTERED_KIND_PREFIX`).
-_UNREGISTERED_KIND_PREFIX = "unregistered:"
+UNREGISTERED_KIND_PREFIX = "unregistered:"
 
 _WARNED_UNKNOWN: set[str] = set()
 # Unknown names come from code, not from requests, so a handful is normal; past this many the
@@ -414,14 +414,14 @@ def require_failure_kind(name: str | None) -> str:
     raise ValueError(f"unregistered failure kind {name[:200]!r}")
 
 
-def _kept_failure_kind(name: str) -> str:
+def wire_failure_kind(name: str) -> str:
     """`name` as an event kind: itself when `require_failure_kind` accepts it, else kept under
     `unregistered:<name>` when it is a plain name; anything else is still refused."""
     if isinstance(name, str):
         if name in FAILURE_KINDS or is_namespaced(name):
             return name
         if _NAME_PATTERN.fullmatch(name):
-            return _UNREGISTERED_KIND_PREFIX + name
+            return UNREGISTERED_KIND_PREFIX + name
     return require_failure_kind(name)
 
 

@@ -331,7 +331,7 @@ class BaseEpisodeResponse(BaseModel):
         return _without_none(handler(self))
 
 
-def _merged_taking_failure_id(report: FailureReport, other: FailureReport) -> FailureReport:
+def merged_taking_failure_id(report: FailureReport, other: FailureReport) -> FailureReport:
     """`report.merged(other)`, but a `report` without a failure takes `other`'s `failure_id`.
 
     For readers that gather several reports of one outcome (a stream's terminal events, a row and

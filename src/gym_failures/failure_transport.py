@@ -27,15 +27,11 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from gym_failures._header import (
-    UNREGISTERED_KIND_PREFIX,
-    FailureHeader,
-    _log_invalid,
-    _report_keeping_unknown_kinds,
-)
+from gym_failures._header import FailureHeader, log_invalid_report, report_keeping_unknown_kinds
 from gym_failures._request_log import ModelOperationObservation, RequestFailureLog
 from gym_failures._stream_reader import StreamFailureReportReader
-from gym_failures.failure_records import FailureReport, _merged_taking_failure_id
+from gym_failures.failure_kinds import UNREGISTERED_KIND_PREFIX
+from gym_failures.failure_records import FailureReport, merged_taking_failure_id
 from gym_failures.failures import failure_report_of
 
 __all__ = [
@@ -49,11 +45,15 @@ __all__ = [
     "observe_failure",
     "observe_model_operation",
     "observe_reply",
+    "observe_report",
     "reply_failure_report",
     "report_for_current_request",
 ]
 
 LOGGER = logging.getLogger(__name__)
+
+# The reference documents the reader under this private name; the codec's home is `_header`.
+_report_keeping_unknown_kinds = report_keeping_unknown_kinds
 
 
 class FailureReportRow:
@@ -97,9 +97,9 @@ class FailureReportRow:
                 "failure_id": row[cls.FAILURE_ID],
                 "omitted": row[cls.OMITTED],
             }
-            return _report_keeping_unknown_kinds(value)
+            return report_keeping_unknown_kinds(value)
         except (ValidationError, ValueError, TypeError, RecursionError) as error:
-            _log_invalid("a saved row", 0, error)
+            log_invalid_report("a saved row", 0, error)
             return FailureReport(omitted=True)
 
     @classmethod
@@ -110,7 +110,7 @@ class FailureReportRow:
         """
         merged = cls.report(row)
         for report in reports:
-            merged = _merged_taking_failure_id(merged, report)
+            merged = merged_taking_failure_id(merged, report)
         result = {key: value for key, value in row.items() if key not in cls.KEYS}
         result.update(cls.fields(merged))
         return result
@@ -132,16 +132,16 @@ def observe_failure(error: BaseException) -> None:
 def observe_reply(headers: Mapping[str, str] | None) -> None:
     """Record the report a reply from another Gym server forwarded, success or failure."""
     if RequestFailureLog.current() is not None:  # outside a request there is nothing to decode for
-        _observe_reply(headers)
+        observe_report(FailureHeader.decode(headers))
 
 
-def _observe_reply(headers: Mapping[str, str] | None) -> FailureReport | None:
-    """`observe_reply`, returning the decoded report for a caller that also rebuilds its failure."""
-    report = FailureHeader.decode(headers)
+def observe_report(report: FailureReport | None) -> None:
+    """Record a report already read from a reply (its header, body or stream) for the request being
+    served; `None` (no report) is ignored. A client that also rebuilds the reply's failure decodes the
+    header once and passes the report here."""
     log = RequestFailureLog.current()
     if log is not None and report is not None:
         log.add(report)
-    return report
 
 
 def observe_model_operation(
@@ -170,7 +170,7 @@ def observe_model_operation(
             request_elapsed_ms=request_elapsed_ms,
         )
     except ValidationError as error:
-        _log_invalid(
+        log_invalid_report(
             "a model operation observation", 0, error, frozenset(ModelOperationObservation.model_fields)
         )
         return

@@ -46,8 +46,8 @@ from gym_failures._redact import redact
 from gym_failures.failure_kinds import (
     GATE_DERIVED_KINDS,
     FailureStage,
-    _kept_failure_kind,
     validate_failure_kind,
+    wire_failure_kind,
 )
 from gym_failures.failure_records import (
     FailureBoundary,
@@ -68,8 +68,10 @@ __all__ = [
     "ResourcesServerFailure",
     "SandboxFailure",
     "bounded_text",
+    "exception_type_name",
     "explicit_gym_cause",
     "failure_report_of",
+    "failure_type_for",
     "new_event_id",
     "rebuild_failure",
     "sdk_error_details",
@@ -129,7 +131,7 @@ def _http_status(status: object) -> int | None:
     return status if type(status) is int and 100 <= status <= 599 else None
 
 
-def _type_name(error: BaseException | type[BaseException]) -> str:
+def exception_type_name(error: BaseException | type[BaseException]) -> str:
     cls = error if isinstance(error, type) else type(error)
     name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     return bounded_text(name, _MAX_NAME)
@@ -144,7 +146,7 @@ def sdk_error_details(
     It is redacted and cut to 2000 characters; an `http_status` outside 100-599 is dropped as no evidence.
     """
     return SdkErrorDetails(
-        exception_type=_type_name(error),
+        exception_type=exception_type_name(error),
         http_status=_http_status(http_status),
         message=_bounded_reason(message),
     )
@@ -219,7 +221,7 @@ class NgFailureEvent(Exception):
         self._event = FailureEvent(
             event_id=new_event_id() if event_id is None else event_id,
             boundary=self._boundary(boundary),
-            failure_kind=_kept_failure_kind(failure_kind),
+            failure_kind=wire_failure_kind(failure_kind),
             failure_reason=_bounded_reason(failure_reason),
             stage=stage,
             http_status=_http_status(http_status),
@@ -464,6 +466,11 @@ _BY_BOUNDARY: dict[FailureBoundary, type[NgFailureEvent]] = {
 }
 
 
+def failure_type_for(boundary: FailureBoundary | str) -> type[NgFailureEvent]:
+    """The exception class of `boundary` (`ModelFailure` for "model", ...)."""
+    return _BY_BOUNDARY[FailureBoundary(boundary)]
+
+
 def rebuild_failure(report: FailureReport, event_id: str | None = None) -> NgFailureEvent | None:
     """The remote failure `event_id` (default: the report's `failure_id`) as the exception of its
     boundary, same event id, kind, stage and causes; `None` when the report has no such event."""
@@ -471,7 +478,7 @@ def rebuild_failure(report: FailureReport, event_id: str | None = None) -> NgFai
     event = report.events.get(event_id) if event_id is not None else None
     if event is None:
         return None
-    return _BY_BOUNDARY[event.boundary]._from_event(event, report)
+    return failure_type_for(event.boundary)._from_event(event, report)
 
 
 def failure_report_of(error: BaseException | None) -> FailureReport | None:

@@ -94,7 +94,7 @@ from gym_failures.failure_kinds import (
 )
 from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureReport
 from gym_failures.failure_transport import FailureReportRow, RequestFailureLog
-from gym_failures.failures import CollectionFailure, NgFailureEvent
+from gym_failures.failures import CollectionFailure, NgFailureEvent, exception_type_name
 
 MANIFEST_VERSION = 2
 _IDENTITY = ("input_sha256", "num_repeats")
@@ -347,11 +347,6 @@ def _episode_failure(failure: NgFailureEvent) -> EpisodeFailure:
     )
 
 
-def _type_name(error: BaseException) -> str:
-    cls = type(error)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-
-
 class Collector:
     """Run one collection: `await Collector(config).run()`."""
 
@@ -501,7 +496,7 @@ class Collector:
                 raise CollectionFailure(
                     failure_kind=ENVIRONMENT_PROTOCOL_VIOLATION,
                     failure_reason=f"{target}: the reply could not be read ({type(error).__name__})",
-                    exception_type=_type_name(error),
+                    exception_type=exception_type_name(error),
                 ) from error
             return _episode_response(body, url)
         except NgFailureEvent:
@@ -515,7 +510,7 @@ class Collector:
             raise CollectionFailure(
                 failure_kind=COLLECTION_DISPATCH_FAILED,
                 failure_reason=f"{target}: the collector failed unexpectedly ({type(error).__name__})",
-                exception_type=_type_name(error),
+                exception_type=exception_type_name(error),
             ) from error
 
 
