@@ -27,7 +27,7 @@ from gym_failures.failures import (
     NgFailureEvent,
     ResourcesServerFailure,
     SandboxFailure,
-    failure_report_of,
+    explicit_gym_failure,
     rebuild_failure,
     sdk_error_details,
 )
@@ -62,10 +62,8 @@ def model_failure(reason: str = "upstream 503", **fields: Any) -> ModelFailure:
 def chain(*failures: NgFailureEvent) -> NgFailureEvent:
     """`failures[0]` raised from `failures[1]`, raised from `failures[2]`, ...; returns `failures[0]`."""
     for effect, cause in pairwise(failures):
-        try:
+        with pytest.raises(NgFailureEvent):
             raise effect from cause
-        except NgFailureEvent:
-            pass
     return failures[0]
 
 
@@ -143,10 +141,8 @@ class TestEventId:
         failure = model_failure()
         first = failure.event_id
 
-        try:
+        with pytest.raises(ModelFailure):
             raise failure
-        except ModelFailure:
-            pass
 
         assert failure.event_id == first
         assert failure.to_event().event_id == first
@@ -263,10 +259,8 @@ class TestCauses:
 
     def test_foreign_cause_alone_is_no_event(self) -> None:
         effect = AgentFailure(failure_kind="agent_run_error")
-        try:
+        with pytest.raises(AgentFailure):
             raise effect from ValueError("sdk error")
-        except AgentFailure:
-            pass
 
         assert effect.cause_id is None
         assert list(effect.failure_report().events) == [effect.event_id]
@@ -330,22 +324,17 @@ class TestCauses:
         assert report.events[first.event_id].cause_id == second.event_id
         assert validated(report) == report
 
-    def test_failure_report_of_finds_the_nearest_failure(self) -> None:
+    def test_explicit_gym_failure_finds_the_nearest_failure(self) -> None:
         failure = model_failure()
-        try:
-            try:
-                raise failure
-            except ModelFailure as error:
-                raise RuntimeError("wrapper") from error
-        except RuntimeError as wrapper:
-            report = failure_report_of(wrapper)
+        wrapper = RuntimeError("wrapper")
+        wrapper.__cause__ = failure
 
-        assert report is not None
-        assert report.failure_id == failure.event_id
+        assert explicit_gym_failure(wrapper) is failure
+        assert explicit_gym_failure(failure) is failure
 
     @pytest.mark.parametrize("error", [None, RuntimeError("no gym failure")])
-    def test_failure_report_of_without_a_failure(self, error: BaseException | None) -> None:
-        assert failure_report_of(error) is None
+    def test_explicit_gym_failure_without_a_failure(self, error: BaseException | None) -> None:
+        assert explicit_gym_failure(error) is None
 
 
 class TestRebuild:
@@ -598,10 +587,8 @@ class TestSdkErrorDetails:
             "provider rejected the request",
             foreign_error=sdk_error_details(error, error.message, http_status=error.status_code),
         )
-        try:
+        with pytest.raises(ModelFailure):
             raise failure from error
-        except ModelFailure:
-            pass
 
         texts = [
             failure.to_event().model_dump_json(),

@@ -53,13 +53,6 @@ UNCHECKABLE_VALUES = {
     "failure_kinds._DEFAULT_CLASSIFICATION",
 }
 
-try:
-    importlib.import_module(PACKAGE + "failure_transport")
-except ImportError:
-    TRANSPORT_MISSING = True
-else:
-    TRANSPORT_MISSING = False
-
 
 # --- Reading the reference -------------------------------------------------------------------
 
@@ -223,12 +216,6 @@ def _pages() -> dict[str, Page | None]:
 PAGES = _pages()
 
 
-def _marks(module: str) -> list[pytest.MarkDecorator]:
-    if module == "failure_transport" and TRANSPORT_MISSING:
-        return [pytest.mark.xfail(strict=False, reason="transport lands with issue 3")]
-    return []
-
-
 def _missing(module: str) -> Any:
     reason = f"spec page {module}.md is in neither {' nor '.join(str(d) for d in SPEC_DIRS)}"
     return pytest.param(None, id=f"{module}-missing", marks=pytest.mark.skip(reason=reason))
@@ -241,7 +228,7 @@ def _params_for(select: Callable[[Page], Iterable[tuple[Any, str]]]) -> list[Any
             params.append(_missing(module))
             continue
         for value, id_ in select(page):
-            params.append(pytest.param(value, id=id_, marks=_marks(module)))
+            params.append(pytest.param(value, id=id_))
     return params
 
 
@@ -505,6 +492,17 @@ def _listed(page: Page) -> Iterator[tuple[Item, str]]:
     for name in sorted(page.listed - documented):
         module = next(item.module for item in page.items)
         yield Item(module, name, "data"), f"{module}.{name}"
+
+
+def test_every_spec_page_is_read() -> None:
+    """A missing page skips its checks, so its absence must fail here (the pages ship in docs/spec)."""
+    assert [module for module, page in PAGES.items() if page is None] == []
+
+
+@pytest.mark.parametrize("module", sorted(PAGES), ids=str)
+def test_every_spec_module_imports(module: str) -> None:
+    """A module that fails to import fails the suite here, not only in each of its checks."""
+    module_of(module)
 
 
 @pytest.mark.parametrize("page", _page_params())

@@ -35,7 +35,8 @@ from gym_failures.failure_records import (
 
 LOGGER = logging.getLogger("gym_failures.failure_transport")
 
-_OMITTED_VALUE: Final = '{"omitted": true}'
+OMITTED_HEADER_VALUE: Final = '{"omitted": true}'
+"""The header's value for a report over `FailureHeader.MAX_BYTES`."""
 _OMITTED_FIELD: Final = {"omitted": True}
 
 
@@ -154,7 +155,7 @@ class FailureHeader:
         """`report` as one line of ASCII JSON, or the omitted marker when over `MAX_BYTES`."""
         data = report.__pydantic_serializer__.to_json(report)
         if len(data) > cls.MAX_BYTES:
-            return _OMITTED_VALUE
+            return OMITTED_HEADER_VALUE
         if data.isascii() and b"\x7f" not in data:
             return data.decode("ascii")
         # JSON escapes control characters but not DEL, and pydantic writes raw UTF-8; escaping can
@@ -162,7 +163,7 @@ class FailureHeader:
         text = json.dumps(
             json.loads(data), ensure_ascii=True, separators=(",", ":"), allow_nan=False
         ).replace("\x7f", "\\u007f")
-        return text if len(text) <= cls.MAX_BYTES else _OMITTED_VALUE
+        return text if len(text) <= cls.MAX_BYTES else OMITTED_HEADER_VALUE
 
     @classmethod
     def encode(cls, report: FailureReport) -> dict[str, str]:

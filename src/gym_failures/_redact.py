@@ -83,7 +83,7 @@ def _may_hold_a_secret(text: str) -> bool:
 
 
 # Values shorter than this are not removed as known secrets: "1" or "true" would shred the text.
-_MIN_KNOWN_SECRET = 6
+MIN_KNOWN_SECRET = 6
 
 _CREDENTIAL_HEADER = re.compile(
     rf"(?i)^(?:authorization|proxy-authorization|cookie|set-cookie|{_SECRET_NAME})$"
@@ -93,7 +93,7 @@ _CREDENTIAL_HEADER = re.compile(
 def redact(text: str, known_secrets: Iterable[str] = ()) -> str:
     """`text` without the known secrets and anything shaped like a credential or a URL secret."""
     if known_secrets:
-        known = {s for s in known_secrets if len(s) >= _MIN_KNOWN_SECRET}
+        known = {s for s in known_secrets if len(s) >= MIN_KNOWN_SECRET}
         for secret in sorted(known, key=len, reverse=True):
             text = text.replace(secret, REDACTED)
     if not _may_hold_a_secret(text):

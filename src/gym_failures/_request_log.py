@@ -1,30 +1,47 @@
 """The per-request failure log and the model-operation observation it keeps.
 
-Public names are re-exported by `gym_failures.failure_transport`, which documents the flow.
+Public names are re-exported by `gym_failures.failure_transport`, which documents the flow; the
+report a reply carries is made from the log by `gym_failures.reply`.
+
+The log of the request being served lives in one module-level ContextVar, `CURRENT_REQUEST_LOG`
+(structlog's `contextvars` module is the model): `RequestFailureLog.capture()` sets it for a block,
+and the server middleware sets and resets it with a token, which is cheaper than a context manager
+on every request.
 
 Decisions:
 - A report with `omitted` set marks the log omitted even when its events fit: a hop below already
   lost events, and every hop above keeps that flag.
 - `model_operations` is bounded like the events (`_MAX_MODEL_OPERATIONS` operations, later ones
   counted in `dropped_model_operations`), because a client can start operations without end too.
+- A new log starts with one shared empty report (`EMPTY_REPORT`) and `add` replaces `report`, never
+  changes it: a `FailureReport()` per request costs about 1 µs, three times the middleware's whole
+  cost over its structural floor. Emptiness is read from the content (`is_empty`), never by identity.
+- The log keeps the request's ASGI scope (`request_scope`, set by the middleware) so that the
+  request's own secrets are read from it only when a report is about to leave the server.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Annotated, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gym_failures._redact import MIN_KNOWN_SECRET, request_secrets
 from gym_failures.failure_records import FailureReport
-from gym_failures.failures import failure_report_of
+from gym_failures.failures import explicit_gym_failure
 
 _MAX_ID = 128
-_NO_EVENTS = FailureReport()
+EMPTY_REPORT = FailureReport()
+"""The report every new log starts with; never changed (a log replaces its report to add to it)."""
+
+CURRENT_REQUEST_LOG: ContextVar[RequestFailureLog | None] = ContextVar("ng_request_failure_log", default=None)
+"""The log of the request being served; `None` outside a Gym server request."""
+
 # One lock for every log: adding is rare and short, and a lock per log would cost every request.
 _LOCK = threading.Lock()
 _NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -52,16 +69,20 @@ class ModelOperationObservation(BaseModel):
         return self
 
 
-@dataclass
+def _empty_report() -> FailureReport:
+    return EMPTY_REPORT
+
+
+@dataclass(slots=True)
 class RequestFailureLog:
     """The failures observed while one server request is served, other than the request's own failure.
 
-    The server middleware opens one per request with `capture`; code serving the request reaches it
-    through `current`, so a retry loop deep in a client can record an attempt without threading it
-    through calls.
+    The server middleware opens one per request; code serving the request reaches it through
+    `current`, so a retry loop deep in a client can record an attempt without threading it through
+    calls. `capture` opens one for a block of code (a collector's attempt, a test).
 
-    `report` is replaced, never changed in place (a new log shares one empty report, which keeps
-    opening a log per request cheap): read it, and add to it only with `add`.
+    `report` is replaced, never changed in place (a new log shares one empty report): read it, and add
+    to it only with `add`.
 
     A retry loop can fail without end, so the log keeps the first `MAX_EVENTS` events and counts the
     events of every later report in `dropped_events`; the report is then marked `omitted`. A report is
@@ -70,14 +91,19 @@ class RequestFailureLog:
 
     MAX_EVENTS: ClassVar[int] = 64
     _MAX_MODEL_OPERATIONS: ClassVar[int] = 1024
-    _current: ClassVar[ContextVar[RequestFailureLog | None]] = ContextVar(
-        "ng_request_failure_log", default=None
-    )
+    _current: ClassVar[ContextVar[RequestFailureLog | None]] = CURRENT_REQUEST_LOG
 
-    report: FailureReport = field(default_factory=lambda: _NO_EVENTS)
+    report: FailureReport = field(default_factory=_empty_report)
     model_operations: dict[str, ModelOperationObservation] = field(default_factory=dict)
     dropped_events: int = 0
     dropped_model_operations: int = field(default=0, init=False)
+    request_scope: Mapping[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    """The ASGI scope of the request this log belongs to, when a server middleware opened it."""
+
+    def is_empty(self) -> bool:
+        """Whether nothing was observed: no event, and nothing omitted."""
+        report = self.report
+        return not report.events and not report.omitted
 
     def add(self, report: FailureReport) -> None:
         """Add `report`'s events as observations; the log never has a `failure_id` of its own."""
@@ -113,32 +139,40 @@ class RequestFailureLog:
     def add_model_operation(self, observation: ModelOperationObservation) -> None:
         """Keep `observation`, the latest one per operation id, within the bound."""
         with _LOCK:
-            self._add_model_operation(observation)
+            operations = self.model_operations
+            if observation.operation_id in operations or len(operations) < self._MAX_MODEL_OPERATIONS:
+                operations[observation.operation_id] = observation
+            else:
+                self.dropped_model_operations += 1
 
-    def _add_model_operation(self, observation: ModelOperationObservation) -> None:
-        operations = self.model_operations
-        if observation.operation_id in operations or len(operations) < self._MAX_MODEL_OPERATIONS:
-            operations[observation.operation_id] = observation
-        else:
-            self.dropped_model_operations += 1
+    def request_secrets(self) -> list[str]:
+        """The request's own credential values (credential headers, cookies, query values) that a
+        report leaving this server must not quote; none when no middleware opened the log."""
+        scope = self.request_scope
+        if scope is None:
+            return []
+        found = request_secrets(scope.get("headers") or (), scope.get("query_string") or b"")
+        # A shorter value would match ordinary words in a reason; `redact` ignores it too.
+        return [secret for secret in found if len(secret) >= MIN_KNOWN_SECRET]
 
     @classmethod
     @contextlib.contextmanager
     def capture(cls) -> Iterator[RequestFailureLog]:
         """Make a new log current for the request being served."""
         log = cls()
-        token = cls._current.set(log)
+        token = CURRENT_REQUEST_LOG.set(log)
         try:
             yield log
         finally:
-            cls._current.reset(token)
+            CURRENT_REQUEST_LOG.reset(token)
 
     @classmethod
     def current(cls) -> RequestFailureLog | None:
         """The log of the request being served, or `None` outside a Gym server request."""
-        return cls._current.get()
+        return CURRENT_REQUEST_LOG.get()
 
     def reply_report(self, error: BaseException | None) -> FailureReport:
-        """The report for this request's reply: its own failure (`error`, `None` on success) and the log."""
-        own = failure_report_of(error)
-        return self.report if own is None else own.merged(self.report)
+        """The request's own failure (`error`, `None` on success) merged with the log, as it stands:
+        not yet scrubbed or fitted. What a reply sends is made from it by `gym_failures.reply`."""
+        failure = explicit_gym_failure(error)
+        return self.report if failure is None else failure.failure_report().merged(self.report)

@@ -13,8 +13,8 @@ Every model drops fields that are `None` when serialized, so the wire form stays
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from typing import Any, Self
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Self
 
 from pydantic import (
     BaseModel,
@@ -146,6 +146,32 @@ class FailureEvent(BaseModel):
     details: SkipValidation[FailureDetails | None] = None
     foreign_error: SdkErrorDetails | None = None
     exception_type: str | None = Field(default=None, max_length=_MAX_NAME)
+
+    TEXT_FIELDS: ClassVar[tuple[tuple[str, str | None, int], ...]] = (
+        ("failure_reason", None, _MAX_REASON),
+        ("operation", None, _MAX_NAME),
+        ("foreign_error", "message", _MAX_REASON),
+        ("details", "provider_status_reason", _MAX_REASON),
+    )
+    """The free-text fields, which may quote what a producer saw (a request, a provider's message):
+    `(field, subfield or None, bound)`. Everything that makes a text safe to send goes over these."""
+
+    def with_texts(self, change: Callable[[str, int], str]) -> FailureEvent:
+        """This event with `change(text, bound)` applied to each free-text field (`TEXT_FIELDS`);
+        the event itself when nothing changed. `change` must keep each text within its bound."""
+        update: dict[str, Any] = {}
+        for name, subfield, bound in self.TEXT_FIELDS:
+            value = getattr(self, name)
+            holder = value
+            if subfield is not None:
+                value = getattr(holder, subfield, None)
+            if not isinstance(value, str):
+                continue
+            changed = change(value, bound)
+            if changed == value:
+                continue
+            update[name] = changed if subfield is None else holder.model_copy(update={subfield: changed})
+        return self.model_copy(update=update) if update else self
 
     @field_validator("failure_kind")
     @classmethod

@@ -7,9 +7,9 @@ Flow for one request a Gym server serves (API reference: ``spec/failure_transpor
    model attempt), `observe_model_operation` a client retry loop's terminal outcome, and
    `observe_reply` the report each reply from another Gym server forwarded.
 3. When the request ends, the middleware merges the request's own failure (if it raised) with the log
-   (`RequestFailureLog.reply_report`) and sends the result in the `FailureHeader`; a streamed reply
-   carries it in its terminal event under `FailureHeader.STREAM_FIELD`, which a relay reads with
-   `StreamFailureReportReader`.
+   (`RequestFailureLog.reply_report`), scrubs and fits the result (`gym_failures.reply`, which owns
+   that pipeline) and sends it in the `FailureHeader`; a streamed reply carries it in its terminal
+   event under `FailureHeader.STREAM_FIELD`, which a relay reads with `StreamFailureReportReader`.
 4. The caller's `raise_boundary_failure` raises the rebuilt failure with separate HTTP details;
    `raise_for_status` keeps the HTTP exception compatibility path. Collection saves the report with
    `FailureReportRow`.
@@ -32,7 +32,8 @@ from gym_failures._request_log import ModelOperationObservation, RequestFailureL
 from gym_failures._stream_reader import StreamFailureReportReader
 from gym_failures.failure_kinds import UNREGISTERED_KIND_PREFIX
 from gym_failures.failure_records import FailureReport, merged_taking_failure_id
-from gym_failures.failures import failure_report_of
+from gym_failures.failures import explicit_gym_failure
+from gym_failures.reply import reply_report
 
 __all__ = [
     "LOGGER",
@@ -122,9 +123,9 @@ def observe_failure(error: BaseException) -> None:
     if log is None:
         return
     try:
-        report = failure_report_of(error)
-        if report is not None:
-            log.add(report.model_copy(update={"failure_id": None}))
+        failure = explicit_gym_failure(error)
+        if failure is not None:
+            log.add(failure.failure_report().model_copy(update={"failure_id": None}))
     except Exception:  # observing must never turn a recoverable failure into a crash
         LOGGER.exception("could not observe a failure")
 
@@ -181,19 +182,18 @@ def reply_failure_report(error: BaseException) -> FailureReport | None:
     """`error`'s explicit cause chain for the reply beside its `EpisodeFailure`; `None` without events.
 
     The producer keeps its kind, reason, terminality and stage on the failure; a cause's kind stays on
-    its event.
+    its event. This is the failure's own chain only: `report_for_current_request` adds the request's
+    observations and scrubs the request's secrets.
     """
-    report = failure_report_of(error)
-    return report if report is not None and report.events else None
+    failure = explicit_gym_failure(error)
+    return None if failure is None else failure.failure_report()
 
 
 def report_for_current_request(error: BaseException | None) -> FailureReport:
     """Project the explicit Gym cause chain, preserving its origin IDs.
 
-    Inside a request the log's observations are merged in (`RequestFailureLog.reply_report`);
-    outside one the result is `error`'s own chain, or an empty report.
+    The reference's name for `gym_failures.reply.reply_report`: inside a request, the log's
+    observations are merged in and the request's own secrets scrubbed from every text; outside one the
+    result is `error`'s own chain, or an empty report.
     """
-    log = RequestFailureLog.current()
-    if log is not None:
-        return log.reply_report(error)
-    return failure_report_of(error) or FailureReport()
+    return reply_report(error)

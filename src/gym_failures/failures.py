@@ -70,7 +70,7 @@ __all__ = [
     "bounded_text",
     "exception_type_name",
     "explicit_gym_cause",
-    "failure_report_of",
+    "explicit_gym_failure",
     "failure_type_for",
     "new_event_id",
     "rebuild_failure",
@@ -481,9 +481,8 @@ def rebuild_failure(report: FailureReport, event_id: str | None = None) -> NgFai
     return failure_type_for(event.boundary)._from_event(event, report)
 
 
-def failure_report_of(error: BaseException | None) -> FailureReport | None:
-    """The explicit chain of the nearest Gym failure at or under `error`; `None` without one."""
-    if error is None:
-        return None
-    failure = error if isinstance(error, NgFailureEvent) else explicit_gym_cause(error)
-    return None if failure is None else failure.failure_report()
+def explicit_gym_failure(error: BaseException | None) -> NgFailureEvent | None:
+    """`error` when it is a Gym failure, else the nearest one on its explicit `__cause__` chain."""
+    if error is None or isinstance(error, NgFailureEvent):
+        return error
+    return explicit_gym_cause(error)

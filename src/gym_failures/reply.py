@@ -1,0 +1,133 @@
+"""The failure report a server's reply carries: built, scrubbed, fitted and encoded, in one place.
+
+Every report a Gym server sends passes through here, whoever sends it: the middleware (a failure
+reply, a success reply whose request observed failures, a report header the app set itself), a
+stream's terminal event (`stream_failure_field`), and a handler that replies with a failure without
+raising it, such as a 429 that must stay a 429 (`reply_headers`):
+
+    build   the request's own failure chain (the error it raised, if any) merged with the request's
+            log (`RequestFailureLog.reply_report`)
+    scrub   the request's own credential values (its credential headers, cookies and query values)
+            removed from every free-text field (`FailureEvent.TEXT_FIELDS`): a producer's reason may
+            quote the request
+    fit     within `FailureHeader.MAX_BYTES`: past the bound, the reply's own failure chain is kept,
+            marked omitted, and the observations are left out, so the caller can still rebuild the
+            failure with its origin id; a chain that alone is too large is sent as `{"omitted": true}`
+    encode  the `X-NG-Failure-Report` header value, or the terminal stream event's field
+
+`reply_report` is the report after scrubbing, before fitting: what a reply's body carries
+(`BaseEpisodeResponse.failure_report` has no header to fit). `reply_headers` and
+`stream_failure_field` are the whole pipeline. The middleware composes `scrub` and `fit` itself only
+because it also needs the scrubbed event for its reply's body.
+
+The other names that make a report are narrower and say so: `NgFailureEvent.failure_report()` is one
+failure's own chain, `reply_failure_report` that chain for the body beside an `EpisodeFailure`, and
+`report_for_current_request` is the reference's name for `reply_report`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from gym_failures._header import OMITTED_HEADER_VALUE, FailureHeader
+from gym_failures._redact import redact
+from gym_failures._request_log import RequestFailureLog
+from gym_failures.failure_records import FailureEvent, FailureReport
+from gym_failures.failures import bounded_text, explicit_gym_failure
+
+__all__ = [
+    "FittedReport",
+    "fit",
+    "own_chain",
+    "reply_headers",
+    "reply_report",
+    "scrub",
+    "stream_failure_field",
+]
+
+
+class FittedReport(NamedTuple):
+    """A report as it is sent: the events that fit the header's bound, and the header's value."""
+
+    report: FailureReport
+    header_value: str | None
+    """The `X-NG-Failure-Report` value; `None` when the report holds nothing to send."""
+
+
+def reply_report(
+    error: BaseException | None = None, *, log: RequestFailureLog | None = None
+) -> FailureReport:
+    """The report of the reply being sent: `error`'s explicit chain (the request's own failure, if it
+    failed) and the observations of the request's log (default: the current one), scrubbed of the
+    request's own secrets. Not fitted to the header's bound. Outside a request: `error`'s chain, or
+    an empty report."""
+    if log is None:
+        log = RequestFailureLog.current()
+    if log is None:
+        failure = explicit_gym_failure(error)
+        return FailureReport() if failure is None else failure.failure_report()
+    return scrub(log.reply_report(error), log.request_secrets())
+
+
+def reply_headers(error: BaseException | None = None) -> dict[str, str]:
+    """The report header for the reply being sent (`error`: the failure it replies with, if any):
+    built, scrubbed and fitted as the middleware does; `{}` when there is nothing to send."""
+    value = fit(reply_report(error)).header_value
+    return {} if value is None else {FailureHeader.NAME: value}
+
+
+def stream_failure_field(error: BaseException | None = None) -> dict[str, Any]:
+    """`{STREAM_FIELD: report}` for the reply being streamed (with `error`, if the stream failed), to
+    merge into the payload of the stream's terminal event; `{}` when there is nothing to send."""
+    value = FailureHeader.stream_value(fit(reply_report(error)).report)
+    return {} if value is None else {FailureHeader.STREAM_FIELD: value}
+
+
+def scrub(report: FailureReport, secrets: Sequence[str]) -> FailureReport:
+    """`report` without any of `secrets` in a free-text field; `report` itself when none is there."""
+    if not secrets or not report.events:
+        return report
+
+    def without_secrets(text: str, bound: int) -> str:
+        if not any(secret in text for secret in secrets):
+            return text
+        # The marker can be longer than the secret it replaces: cut again to keep the bound.
+        return bounded_text(redact(text, secrets), bound)
+
+    changed: dict[str, FailureEvent] = {}
+    for event_id, event in report.events.items():
+        scrubbed = event.with_texts(without_secrets)
+        if scrubbed is not event:
+            changed[event_id] = scrubbed
+    if not changed:
+        return report
+    # Only texts changed, so every id and cause link is as valid as before: no revalidation.
+    return FailureReport.model_construct(
+        events={**report.events, **changed}, failure_id=report.failure_id, omitted=report.omitted
+    )
+
+
+def fit(report: FailureReport) -> FittedReport:
+    """`report` within the header's bound: whole when it fits, else its own failure chain marked
+    omitted (the observations go first), else `{"omitted": true}`."""
+    value = FailureHeader.encode(report).get(FailureHeader.NAME)
+    if value != OMITTED_HEADER_VALUE or not report.events:
+        return FittedReport(report, value)
+    own = own_chain(report)
+    if own is None:
+        return FittedReport(FailureReport(omitted=True), value)
+    trimmed = FailureReport.model_construct(events=own.events, failure_id=own.failure_id, omitted=True)
+    return FittedReport(trimmed, FailureHeader.encode(trimmed)[FailureHeader.NAME])
+
+
+def own_chain(report: FailureReport) -> FailureReport | None:
+    """`report`'s own failure and its causes, or `None` when it has no failure."""
+    events: dict[str, FailureEvent] = {}
+    event_id = report.failure_id
+    while event_id is not None and event_id in report.events and event_id not in events:
+        events[event_id] = report.events[event_id]
+        event_id = report.events[event_id].cause_id
+    if not events:
+        return None
+    return FailureReport.model_construct(events=events, failure_id=report.failure_id, omitted=False)
