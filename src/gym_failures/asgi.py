@@ -117,8 +117,13 @@ class FailureReportMiddleware:
                 if type(headers) is not list:  # any other iterable: read it once, and keep it
                     headers = message["headers"] = list(headers)
                 report = log.report
-                if report.events or report.omitted or any(name == _HEADER_NAME for name, _ in headers):
+                if report.events or report.omitted:
                     message = _with_report_header(message, log)
+                else:
+                    for name, _ in headers:
+                        if name == _HEADER_NAME:
+                            message = _with_report_header(message, log)
+                            break
             await send(message)
 
         try:

@@ -1,0 +1,36 @@
+"""The package's layout rules, checked over the source: what a newcomer relies on when reading it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SOURCE = Path(__file__).resolve().parents[1] / "src" / "gym_failures"
+MODULES = sorted(SOURCE.rglob("*.py"))
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SOURCE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(SOURCE)))
+def test_no_private_name_is_imported_from_another_module(path: Path) -> None:
+    """A private name (`_x`) stays in its module; what other modules need is public, even when its
+    module is private (`gym_failures._redact.redact`)."""
+    crossing = [
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gym_failures")
+        for alias in node.names
+        if alias.name.startswith("_") and node.module != _module_name(path)
+    ]
+    assert crossing == []
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(SOURCE)))
+def test_every_module_says_its_purpose_in_a_docstring(path: Path) -> None:
+    docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+    assert docstring, f"{path.name} has no module docstring"
