@@ -663,3 +663,20 @@ def test_long_detail_ids_and_exception_types_are_cut_not_refused() -> None:
     assert len(failure.details.sandbox_id) == 256
     assert failure.exception_type is not None
     assert len(failure.exception_type) == 256
+
+
+@pytest.mark.parametrize("text", ["\ud800", b"\xff\xfe".decode("utf-8", "surrogateescape"), "ok \udcff ok"])
+def test_a_failure_with_lone_surrogates_in_its_texts_is_made_and_sent(text: str) -> None:
+    """Text decoded with `surrogateescape` (a tool's stderr) is escaped where the failure is made."""
+    failure = SandboxFailure(
+        failure_kind="provider_command_timeout",
+        failure_reason=text,
+        operation=text,
+        details={"provider_status_reason": text, "sandbox_id": text},
+    )
+
+    wire = failure.failure_report().model_dump_json()
+
+    assert "\\\\ud" in wire or "\\\\udc" in wire
+    assert FailureReport.model_validate_json(wire) == failure.failure_report()
+    wire.encode("utf-8")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -281,3 +283,99 @@ def test_raw_query_values_are_known_secrets_too() -> None:
     secrets = request_secrets([], b"sig=Zm9v%2Bbar&code=ab+cd")
     assert "Zm9v%2Bbar" in secrets
     assert "ab+cd" in secrets
+
+
+# --- Issue 14: provider keys, registered secrets, cut secrets, request credentials ---------------
+
+from gym_failures._redact import (  # noqa: E402 (grouped with the tests that use them)
+    forget_registered_secrets,
+    register_secret,
+    register_secret_pattern,
+    url_secrets,
+)
+from gym_failures.failures import bounded_text  # noqa: E402
+
+
+@pytest.fixture
+def registry() -> Iterator[None]:
+    forget_registered_secrets()
+    yield None
+    forget_registered_secrets()
+
+
+GROQ, XAI = "gsk_" + "A1b2C3d4" * 4, "xai-" + "Q9w8E7r6" * 4
+HEX64, OTHER = "0123456789abcdef" * 4, "Zx81Kq02Lm" * 2
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        (f"groq said: invalid key {GROQ}", GROQ),
+        (f"{XAI} was refused", XAI),
+        (f"Incorrect API key provided: {HEX64}. You can find your key at ...", HEX64),
+        (f"invalid api key {HEX64}", HEX64),
+        (f"invalid_api_key: {OTHER}", OTHER),
+    ],
+)
+def test_provider_keys_quoted_by_a_provider_are_redacted(text: str, secret: str) -> None:
+    assert secret not in redact(text)
+    assert REDACTED in redact(text)
+
+
+def test_a_registered_secret_is_removed_from_every_text(registry: None) -> None:
+    key = "plain-looking-provider-key-42"
+    assert key in redact(f"provider refused {key}")
+    register_secret(key)
+    assert redact(f"provider refused {key}") == f"provider refused {REDACTED}"
+
+
+def test_a_registered_pattern_is_removed_from_every_text(registry: None) -> None:
+    register_secret_pattern(r"\bacme_[A-Za-z0-9]{12}\b")
+    assert redact("key acme_ABCDEF123456 refused") == f"key {REDACTED} refused"
+
+
+@pytest.mark.parametrize("value", ["", "short", 42])
+def test_a_secret_too_short_to_register_is_refused(value: object, registry: None) -> None:
+    with pytest.raises(ValueError, match="at least 6 characters"):
+        register_secret(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kept", [2, 5, 11])
+def test_the_first_characters_of_a_secret_cut_at_the_bound_are_removed(kept: int) -> None:
+    secret = "Zq9CanarySecretValue"
+    text = bounded_text("x" * (2000 - 1 - kept) + secret + " tail")
+    assert text.endswith(secret[:kept] + "…")
+
+    redacted = redact(text, [secret])
+
+    assert secret[:kept] not in redacted[-kept - 20 :]
+    assert redacted.endswith(REDACTED + "…")
+
+
+def test_a_text_cut_after_an_ordinary_letter_keeps_it() -> None:
+    text = bounded_text("x" * 2100)
+    assert redact(text, ["xylophone-secret"]) == text
+
+
+def test_request_secrets_take_a_quoted_cookie_value_unquoted() -> None:
+    secrets = request_secrets([(b"cookie", b'sid="Zq9CookieSecret"; theme=dark')], b"")
+    assert "Zq9CookieSecret" in secrets
+
+
+def test_request_secrets_take_a_basic_credentials_decoded_password() -> None:
+    import base64
+
+    token = base64.b64encode(b"alice:Zq9BasicPassword").decode()
+    secrets = request_secrets([(b"authorization", f"Basic {token}".encode())], b"")
+    assert {"alice:Zq9BasicPassword", "Zq9BasicPassword", token} <= set(secrets)
+
+
+def test_request_secrets_skip_a_basic_credential_that_does_not_decode() -> None:
+    secrets = request_secrets([(b"authorization", b"Basic %%%not-base64")], b"")
+    assert secrets == ["Basic %%%not-base64", "%%%not-base64"]
+
+
+def test_url_secrets_are_the_password_raw_and_decoded_and_query_values() -> None:
+    secrets = url_secrets("http://user:Zq9%40Password@agent.local:8000/run?token=Zq9QueryValue&x=1")
+    assert secrets == ["Zq9%40Password", "Zq9@Password", "Zq9QueryValue"]
+    assert url_secrets("http://[bad") == []

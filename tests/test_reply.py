@@ -291,3 +291,31 @@ def test_the_logs_request_secrets_come_from_its_scope_and_skip_short_values() ->
     assert "abcdefgh" in log.request_secrets()
     assert "2" not in log.request_secrets()
     assert RequestFailureLog().request_secrets() == []
+
+
+def test_scrub_removes_the_first_characters_of_a_secret_the_cut_went_through() -> None:
+    failure = ModelFailure(failure_kind=MODEL_SERVER_ERROR, failure_reason="x" * 1990 + SECRET)
+    assert failure.failure_reason.endswith(SECRET[:9] + "…")
+
+    event = scrub(failure.failure_report(), [SECRET]).events[failure.event_id]
+
+    assert SECRET[:9] not in event.failure_reason
+    assert len(event.failure_reason) <= 2000
+
+
+async def test_a_handler_raising_text_with_a_lone_surrogate_gets_a_failure_reply() -> None:
+    """Tool output decoded with `surrogateescape` must not turn the failure reply into a bare 500."""
+
+    async def handler(request: Request) -> Response:
+        raise RuntimeError("stderr: " + b"\xff".decode("utf-8", "surrogateescape"))
+
+    app = Starlette(routes=[Route("/", handler)])
+    app.add_middleware(FailureReportMiddleware, boundary="sandbox")
+    async with in_process(app) as client:
+        reply = await client.get("/")
+
+    report = FailureHeader.decode(reply.headers)
+    assert reply.status_code == 500
+    assert report is not None
+    assert report.failure_id is not None
+    assert report.events[report.failure_id].failure_reason == "RuntimeError: stderr: \\udcff"

@@ -137,6 +137,15 @@ def _header_value(headers: Mapping[str, str], name: str) -> object:
     return value
 
 
+def _utf8_size(value: str) -> int:
+    """The bytes `value` was sent as (a surrogate escape is the byte it stands for); a lone surrogate
+    that is no escape of a byte counts as the 3 bytes UTF-8 would need for it."""
+    try:
+        return len(value.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:
+        return len(value.encode("utf-8", "surrogatepass"))
+
+
 class FailureHeader:
     """Encode a `FailureReport` into one reply header and decode it on the other side.
 
@@ -190,7 +199,7 @@ class FailureHeader:
             not isinstance(value, str)
             or len(value) > cls.MAX_BYTES
             # aiohttp hands undecodable bytes over as surrogate escapes: count them as the bytes they were.
-            or (not value.isascii() and len(value.encode("utf-8", "surrogateescape")) > cls.MAX_BYTES)
+            or (not value.isascii() and _utf8_size(value) > cls.MAX_BYTES)
         ):
             size = len(value) if isinstance(value, str) else 0
             log_invalid_report("a reply header", size, ValueError("not a bounded string"))

@@ -5,8 +5,13 @@ Two layers, because neither is enough alone:
   well-known API-key shapes (`sk-...`, `xox?-...`, `ghp_...`, `AKIA...`), and `name=value` or
   `"name": "value"` pairs whose name says secret (key, token, secret, password, auth, cookie, session,
   signature, credential);
-- known values: the caller passes the secrets it holds (the request's credential headers and query
-  values, see `request_secrets`), and every occurrence of them is removed, whatever it looks like.
+- known values: the caller passes the secrets it holds (the request's credential headers, cookies,
+  Basic credentials and query values, see `request_secrets`), and a server registers the secrets it
+  holds itself (its provider keys: `register_secret`) and shapes of its own (`register_secret_pattern`);
+  every occurrence of them is removed, whatever it looks like.
+
+A text cut to its bound ends in "…"; a known secret that straddled the cut leaves its first
+characters before the marker, and those are removed too.
 
 Redaction replaces a secret with `[REDACTED]`; it never shortens the rest of the text, so the bound is
 applied after it.
@@ -14,9 +19,12 @@ applied after it.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
+import threading
 from collections.abc import Callable, Iterable
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 REDACTED = "[REDACTED]"
 
@@ -53,6 +61,14 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
     (re.compile(r"\bAKIA[0-9A-Z]{12,}"), REDACTED),
     (re.compile(r"\bAIza[0-9A-Za-z_-]{30,}"), REDACTED),  # Google API keys
     (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), REDACTED),  # Hugging Face tokens
+    (re.compile(r"\bgsk_[A-Za-z0-9]{20,}"), REDACTED),  # Groq keys
+    (re.compile(r"\bxai-[A-Za-z0-9]{20,}"), REDACTED),  # xAI keys
+    # A provider quoting the key it refused: "Incorrect API key provided: <key>", "invalid api key <key>"
+    # (a bare hex key has no shape of its own; the phrase before it is the evidence).
+    (
+        re.compile(r"(?i)(\bapi[ _-]?key\b(?:\s+provided)?\s*[:=]?\s*)([A-Za-z0-9._~+/-]{12,})"),
+        rf"\1{REDACTED}",
+    ),
     # JSON Web Tokens: three base64url parts, the first a JSON object ("eyJ" is '{"').
     # (from a token's start only: from every "eyJ" inside one, the scan was quadratic)
     (re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), REDACTED),
@@ -72,8 +88,8 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
 # cost a fraction of running the patterns (or one alternation regex, which backtracks per position).
 _SCREEN_WORDS = (
     "://", "bearer", "basic", "token", "digest", "sk-", "pk-", "rk-", "xox", "ghp_", "gho_", "ghu_",
-    "ghs_", "ghr_", "akia", "aiza", "hf_", "eyj", "key", "secret", "passw", "pwd", "auth", "cookie",
-    "session", "signature", "credential",
+    "ghs_", "ghr_", "akia", "aiza", "hf_", "gsk_", "xai-", "eyj", "key", "secret", "passw", "pwd",
+    "auth", "cookie", "session", "signature", "credential",
 )  # fmt: skip
 
 
@@ -90,16 +106,69 @@ _CREDENTIAL_HEADER = re.compile(
 )
 
 
+_REGISTERED_SECRETS: frozenset[str] = frozenset()
+_REGISTERED_PATTERNS: tuple[re.Pattern[str], ...] = ()
+_REGISTRY_LOCK = threading.Lock()
+
+
+def register_secret(value: str) -> None:
+    """Remove `value` from every failure text this process makes or sends from now on: a secret the
+    server holds itself, such as a provider's API key, that a provider's error message may quote.
+    A value shorter than 6 characters is refused (`ValueError`): it would shred ordinary words."""
+    global _REGISTERED_SECRETS
+    if not isinstance(value, str) or len(value) < MIN_KNOWN_SECRET:
+        raise ValueError(f"a registered secret is a string of at least {MIN_KNOWN_SECRET} characters")
+    with _REGISTRY_LOCK:
+        _REGISTERED_SECRETS = _REGISTERED_SECRETS | {value}
+
+
+def register_secret_pattern(pattern: str | re.Pattern[str]) -> None:
+    """Remove every match of `pattern` (a credential shape of your own, say `r"\\bacme_[A-Za-z0-9]{24}"`)
+    from every failure text this process makes or sends from now on. Keep it linear: bounded
+    repetitions, no nested quantifiers; it runs over every failure's reason."""
+    global _REGISTERED_PATTERNS
+    compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
+    with _REGISTRY_LOCK:
+        _REGISTERED_PATTERNS = (*_REGISTERED_PATTERNS, compiled)
+
+
+def forget_registered_secrets() -> None:
+    """Forget every registered secret and pattern (for tests, and a process that changes keys)."""
+    global _REGISTERED_SECRETS, _REGISTERED_PATTERNS
+    with _REGISTRY_LOCK:
+        _REGISTERED_SECRETS, _REGISTERED_PATTERNS = frozenset(), ()
+
+
 def redact(text: str, known_secrets: Iterable[str] = ()) -> str:
-    """`text` without the known secrets and anything shaped like a credential or a URL secret."""
-    if known_secrets:
-        known = {s for s in known_secrets if len(s) >= MIN_KNOWN_SECRET}
+    """`text` without the known and registered secrets and anything shaped like a credential or a
+    URL secret."""
+    known = {s for s in known_secrets if len(s) >= MIN_KNOWN_SECRET} | _REGISTERED_SECRETS
+    if known:
         for secret in sorted(known, key=len, reverse=True):
             text = text.replace(secret, REDACTED)
+        if text.endswith(CUT_MARK):
+            text = _without_a_cut_secret(text, known)
+    for registered in _REGISTERED_PATTERNS:
+        text = registered.sub(REDACTED, text)
     if not _may_hold_a_secret(text):
         return text
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
+    return text
+
+
+CUT_MARK = "…"
+"""What ends a text cut to its bound (`gym_failures.failures.bounded_text`)."""
+
+
+def _without_a_cut_secret(text: str, known: Iterable[str]) -> str:
+    """`text` (cut, ending in the mark) without the first characters of a secret the cut went
+    through; two characters at least, so an ordinary last letter is kept."""
+    body = text[: -len(CUT_MARK)]
+    for secret in known:
+        for length in range(len(secret) - 1, 1, -1):
+            if body.endswith(secret[:length]):
+                return body[:-length] + REDACTED + CUT_MARK
     return text
 
 
@@ -112,8 +181,9 @@ def url_without_secrets(url: str) -> str:
 
 
 def request_secrets(headers: Iterable[tuple[bytes, bytes]], query_string: bytes) -> list[str]:
-    """The secrets an ASGI request carries: credential header values (and their tokens) and every
-    query value."""
+    """The secrets an ASGI request carries: credential header values (and their tokens, a Basic
+    credential's decoded `user:password` and password, each cookie's value quoted and unquoted) and
+    every query value."""
     secrets: list[str] = []
     for raw_name, raw_value in headers:
         name = raw_name.decode("latin-1").lower()
@@ -122,9 +192,16 @@ def request_secrets(headers: Iterable[tuple[bytes, bytes]], query_string: bytes)
         value = raw_value.decode("latin-1").strip()
         secrets.append(value)
         if name in ("authorization", "proxy-authorization"):
-            secrets.append(value.split(None, 1)[-1])  # the credential without its scheme word
+            scheme, _, credential = value.partition(" ")
+            secrets.append(credential.strip())  # the credential without its scheme word
+            if scheme.lower() == "basic":
+                secrets.extend(_basic_secrets(credential.strip()))
         elif name in ("cookie", "set-cookie"):
-            secrets.extend(part.split("=", 1)[-1].strip() for part in value.split(";"))
+            for pair in value.split(";"):
+                cookie = pair.split("=", 1)[-1].strip()
+                secrets.append(cookie)
+                if len(cookie) >= 2 and cookie[0] == cookie[-1] == '"':
+                    secrets.append(cookie[1:-1])
     if query_string:
         for _, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=False):
             secrets.append(value)
@@ -134,3 +211,25 @@ def request_secrets(headers: Iterable[tuple[bytes, bytes]], query_string: bytes)
             if raw and raw not in secrets:
                 secrets.append(raw)
     return secrets
+
+
+def _basic_secrets(credential: str) -> list[str]:
+    """A Basic credential's decoded `user:password` and its password; none when it does not decode."""
+    try:
+        decoded = base64.b64decode(credential, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return []
+    return [decoded, decoded.partition(":")[2]]
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secrets a URL a client calls carries: its user info's password (raw and decoded) and its
+    query values. A collector registers them, so its own rows never quote them."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return []
+    secrets = [password, unquote(password)] if password else []
+    secrets += [value for _, value in parse_qsl(parts.query)]
+    return [secret for secret in secrets if len(secret) >= MIN_KNOWN_SECRET]

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from gym_failures._redact import redact
+from gym_failures._redact import CUT_MARK, redact
 from gym_failures.failure_kinds import (
     GATE_DERIVED_KINDS,
     FailureStage,
@@ -90,8 +90,18 @@ def new_event_id() -> str:
 
 
 def bounded_text(text: str, limit: int = _MAX_REASON) -> str:
-    """`text` cut to at most `limit` characters, the cut marked with "…"."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """`text` made safe to send and cut to at most `limit` characters, the cut marked with "…".
+
+    Safe: a lone surrogate (text decoded with `surrogateescape`, as a tool's stderr often is) cannot
+    be written as UTF-8 or JSON, so it is escaped (`\\udcff`) rather than refused: the failure matters
+    more than its bytes.
+    """
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else text[: limit - 1] + CUT_MARK
 
 
 def _bounded_reason(text: str, limit: int = _MAX_REASON) -> str:

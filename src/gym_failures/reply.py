@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from gym_failures._header import OMITTED_HEADER_VALUE, FailureHeader
-from gym_failures._redact import redact
+from gym_failures._redact import CUT_MARK, redact
 from gym_failures._request_log import RequestFailureLog
 from gym_failures.failure_records import FailureEvent, FailureReport
 from gym_failures.failures import bounded_text, explicit_gym_failure
@@ -90,7 +90,8 @@ def scrub(report: FailureReport, secrets: Sequence[str]) -> FailureReport:
         return report
 
     def without_secrets(text: str, bound: int) -> str:
-        if not any(secret in text for secret in secrets):
+        # A text cut at its bound may end in the first characters of a secret the cut went through.
+        if not text.endswith(CUT_MARK) and not any(secret in text for secret in secrets):
             return text
         # The marker can be longer than the secret it replaces: cut again to keep the bound.
         return bounded_text(redact(text, secrets), bound)
