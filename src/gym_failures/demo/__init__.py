@@ -3,8 +3,10 @@
     python -m gym_failures.demo                    # about 200 rollouts at concurrency 16
     python -m gym_failures.demo --rollouts 40 --fault-plan my_plan.json --seed 7
 
-`run_demo` starts three servers, each its own process on a free loopback port and each wrapped in
-`FailureReportMiddleware`:
+`run_demo` is the one entry point. Its options are the fields of `DemoOptions`, which holds their
+defaults and validates them once (a refused one is a `DemoOptionsError`, a `ValueError` with a
+one-line message); both command lines only turn flags into them. It starts three servers, each its
+own process on a free loopback port and each wrapped in `FailureReportMiddleware`:
 
 - the model server (`gym_failures.demo.model_server`): an OpenAI Responses-compatible
   `POST /v1/responses`, plain and streamed, serving a deterministic scripted policy for arithmetic
@@ -47,6 +49,7 @@ Needs the `demo` extra (`pip install 'gym-failures[demo]'`: uvicorn, starlette, 
 from gym_failures.demo._plan import DEFAULT_FAULT_PLAN, FaultPlan, load_fault_plan
 
 try:
+    from gym_failures.demo._options import EXTERNAL_POLICY_TIMEOUT_S, DemoOptions, DemoOptionsError
     from gym_failures.demo.launcher import run_demo
 except ImportError as error:  # pragma: no cover - depends on what is installed
     if error.name not in ("aiohttp", "starlette", "uvicorn"):
@@ -55,4 +58,12 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
         f"gym_failures.demo needs {error.name}: pip install 'gym-failures[demo]'", name=error.name
     ) from error
 
-__all__ = ["DEFAULT_FAULT_PLAN", "FaultPlan", "load_fault_plan", "run_demo"]
+__all__ = [
+    "DEFAULT_FAULT_PLAN",
+    "EXTERNAL_POLICY_TIMEOUT_S",
+    "DemoOptions",
+    "DemoOptionsError",
+    "FaultPlan",
+    "load_fault_plan",
+    "run_demo",
+]

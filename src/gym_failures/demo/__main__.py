@@ -7,11 +7,11 @@ import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gym_failures.collection import read_rows
-from gym_failures.demo._serve import check_policy_base_url
+from gym_failures.demo._options import DemoOptions, DemoOptionsError
 from gym_failures.demo.launcher import run_demo
 
 
@@ -20,66 +20,55 @@ def _progress(done: int, total: int) -> None:
         print(f"\rcollected {done}/{total} rollouts", end="" if done < total else "\n", file=sys.stderr)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+_TYPES: dict[str, Callable[[str], object]] = {
+    "out_dir": Path,
+    "rollouts": int,
+    "concurrency": int,
+    "fault_plan": Path,
+    "seed": int,
+    "policy_timeout_s": float,
+}
+"""How each flag's text becomes its field's type; the rest stay text. Bounds and rules are checked by
+`DemoOptions` alone."""
+
+_ENVIRONMENT = {"policy_base_url": "GYM_DEMO_MODEL_BASE_URL", "policy_model": "GYM_DEMO_MODEL_NAME"}
+"""The variables that stand in for a flag not given."""
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gym_failures.demo",
-        description="Run the local demo gym with fault injection and collect its rollouts.",
+        description="Run the local demo gym with fault injection and collect its rollouts. The API key "
+        "of an external model comes from $GYM_DEMO_MODEL_API_KEY or $OPENAI_API_KEY, never a flag.",
     )
-    parser.add_argument("--out", type=Path, default=Path("runs"), help="parent of the run directory (runs)")
-    parser.add_argument("--rollouts", type=int, default=200)
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument(
-        "--fault-plan", type=Path, default=None, help="a fault plan JSON file (the packaged default)"
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--model-base-url",
-        default=os.environ.get("GYM_DEMO_MODEL_BASE_URL"),
-        help="an OpenAI-compatible base URL for the policy instead of the scripted one "
-        "($GYM_DEMO_MODEL_BASE_URL), without user info or a query string; the key comes from "
-        "$GYM_DEMO_MODEL_API_KEY or $OPENAI_API_KEY",
-    )
-    parser.add_argument(
-        "--model-name",
-        default=os.environ.get("GYM_DEMO_MODEL_NAME"),
-        help="the external model ($GYM_DEMO_MODEL_NAME)",
-    )
-    parser.add_argument("--stream", choices=("auto", "always", "never"), default="auto")
-    parser.add_argument(
-        "--policy-timeout",
-        type=float,
-        default=None,
-        help="seconds one policy call may take (the fault plan's, or 60 with an external model)",
-    )
-    args = parser.parse_args(argv)
-    if (args.model_base_url is None) != (args.model_name is None):
-        parser.error("an external policy needs both --model-base-url and --model-name")
-    if args.model_base_url is not None:
-        try:
-            check_policy_base_url(args.model_base_url)
-        except ValueError as error:
-            parser.error(f"--model-base-url: {error}")  # the message never repeats the URL's secret
-
-    policy_timeout = args.policy_timeout
-    if policy_timeout is None and args.model_base_url is not None:
-        policy_timeout = 60.0  # a real model generates for seconds, not the scripted milliseconds
-    try:
-        run_dir = run_demo(
-            args.out,
-            rollouts=args.rollouts,
-            concurrency=args.concurrency,
-            fault_plan=args.fault_plan,
-            seed=args.seed,
-            policy_base_url=args.model_base_url,
-            policy_model=args.model_name,
-            stream=args.stream,
-            policy_timeout_s=policy_timeout,
-            on_progress=_progress,
+    for field, flag in DemoOptions.FLAGS.items():
+        info = DemoOptions.model_fields[field]
+        variable = _ENVIRONMENT.get(field)
+        where = f"${variable}, else {info.default}" if variable else str(info.default)
+        parser.add_argument(
+            flag,
+            dest=field,
+            metavar=flag.removeprefix("--").upper().replace("-", "_"),
+            type=_TYPES.get(field, str),
+            # Absent stays absent, so every default is `DemoOptions`' own.
+            default=os.environ.get(variable, argparse.SUPPRESS) if variable else argparse.SUPPRESS,
+            help=f"{info.description} (default: {where})",
         )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    arguments = vars(parser.parse_args(argv))
+    try:
+        run_dir = run_demo(**arguments, on_progress=_progress)
+    except DemoOptionsError as error:
+        parser.error(str(error))  # one line, naming the flag; never the URL's secret
     except KeyboardInterrupt:
         # run_demo has stopped the servers by now; the rows saved so far stay, and a rerun resumes
         # nothing (each run has its own directory), so say where they are rather than a traceback.
-        print(f"\ninterrupted; the servers are stopped. Partial runs are under {args.out}/", file=sys.stderr)
+        out_dir = arguments.get("out_dir", DemoOptions.model_fields["out_dir"].default)
+        print(f"\ninterrupted; the servers are stopped. Partial runs are under {out_dir}/", file=sys.stderr)
         return 130
     demo = json.loads((run_dir / "demo.json").read_text())
     collection = demo["collection"]

@@ -157,6 +157,17 @@ class FaultPlan(BaseModel):
     resources_server: ResourcesServerFaults = Field(default_factory=ResourcesServerFaults)
     limits: Limits = Field(default_factory=Limits)
 
+    def with_policy_timeout(self, policy_timeout_s: float) -> FaultPlan:
+        """This plan with the agent's deadline for a policy call replaced; a planned slow reply stays
+        slower than the new deadline, as `Limits` requires."""
+        limits = self.limits.model_copy(
+            update={
+                "policy_timeout_s": policy_timeout_s,
+                "slow_response_s": max(self.limits.slow_response_s, policy_timeout_s * 1.5),
+            }
+        )
+        return self.model_copy(update={"limits": Limits.model_validate(limits.model_dump())})
+
     def fault_names(self) -> list[str]:
         """`<section>.<fault>` for every fault this plan injects at a rate above 0."""
         names: list[str] = []

@@ -1,4 +1,5 @@
-"""OpenAI Responses API objects as the demo's servers build and read them, and an SSE decoder.
+"""OpenAI Responses API objects as the demo's servers build and read them, and an SSE decoder for
+what of a stream the library's `StreamFailureReportReader` does not read (its events' data).
 
 Only the subset the demo uses: a response with message items (`output_text` parts) and
 `function_call` items, its `status` and `incomplete_details`, and the streaming events of the

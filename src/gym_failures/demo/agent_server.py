@@ -94,7 +94,7 @@ from gym_failures.failure_kinds import (
     FailureStage,
 )
 from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureBoundary
-from gym_failures.failure_transport import FailureHeader, RequestFailureLog, report_for_current_request
+from gym_failures.failure_transport import StreamFailureReportReader, report_for_current_request
 from gym_failures.failures import (
     AgentFailure,
     HttpDetails,
@@ -384,19 +384,22 @@ async def _read_stream(
 ) -> dict[str, Any]:
     """The final Responses object of a streamed reply; its terminal event's failure report is observed,
     and a stream that fails (`response.failed`) or ends without a terminal event raises."""
+    # The library's reader reads the failure report of the terminal event, by the library's rules.
+    # It does not give the event's `response` (the output the episode goes on with), nor say
+    # whether a terminal event came at all (a cut stream): the demo's own decoder reads those.
+    reader = StreamFailureReportReader()
     decoder = SseDecoder()
     events = 0
     async for chunk in reply.content.iter_any():
+        reader.feed(chunk)
         for name, data in decoder.feed(chunk):
             events += 1
             if name not in TERMINAL_EVENTS:
                 continue
-            report = FailureHeader.decode_stream_event(data) if isinstance(data, dict) else None
+            report = reader.finish()
             response = data.get("response") if isinstance(data, dict) else None
             if name in ("response.completed", "response.incomplete") and isinstance(response, dict):
-                log = RequestFailureLog.current()
-                if report is not None and log is not None:
-                    log.add(report)
+                reader.observe()
                 return response
             failure = rebuild_failure(report) if report is not None else None
             if failure is None:

@@ -53,7 +53,7 @@ from typing import Any, Literal
 import gym_failures
 from gym_failures._redact import url_without_secrets
 from gym_failures.collection import CollectionConfig, CollectionSummary, collect
-from gym_failures.demo._plan import FaultPlan, Limits, load_fault_plan
+from gym_failures.demo._options import DemoOptions
 from gym_failures.demo._serve import (
     API_KEY_ENV,
     MAX_TURNS,
@@ -61,11 +61,10 @@ from gym_failures.demo._serve import (
     TOKEN_ENV,
     TOKEN_HEADER,
     DemoConfig,
-    check_policy_base_url,
     policy_budget_s,
 )
 
-__all__ = ["SERVERS", "run_demo", "with_policy_timeout"]
+__all__ = ["SERVERS", "run_demo"]
 
 SERVERS: dict[str, str] = {
     "model": "gym_failures.demo.model_server",
@@ -86,7 +85,7 @@ _LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def run_demo(
-    out_dir: Path,
+    out_dir: Path = Path("runs"),
     rollouts: int = 200,
     concurrency: int = 16,
     fault_plan: Path | None = None,
@@ -105,59 +104,30 @@ def run_demo(
     `policy_base_url` and `policy_model` send the policy's calls to an OpenAI-compatible endpoint
     (`<base>/responses`) instead of the scripted policy; its API key is read from the agent's
     environment (`GYM_DEMO_MODEL_API_KEY`, else `OPENAI_API_KEY`). `policy_timeout_s` replaces the
-    plan's `limits.policy_timeout_s` (a real model needs far more than the scripted one's 2 s).
-    Returns the run directory.
+    plan's `limits.policy_timeout_s` (a real model needs far more than the scripted one's 2 s; with
+    an external policy it defaults to 60). Every argument but `on_progress` is a `DemoOptions` field
+    of the same name and default, validated there before anything is written: a refused one raises
+    `DemoOptionsError`. `on_progress(done, total)` is called as rollouts finish. Returns the run
+    directory.
     """
-    if rollouts < 1:
-        raise ValueError("rollouts must be at least 1")
-    if (policy_base_url is None) != (policy_model is None):
-        raise ValueError("an external policy needs both policy_base_url and policy_model")
-    if policy_base_url is not None:
-        check_policy_base_url(policy_base_url)  # before anything is written
-    plan = load_fault_plan(fault_plan)
-    if policy_timeout_s is not None:
-        plan = with_policy_timeout(plan, policy_timeout_s)
-    run_dir = _new_run_dir(Path(out_dir))
+    options = DemoOptions(
+        out_dir=out_dir,
+        rollouts=rollouts,
+        concurrency=concurrency,
+        fault_plan=fault_plan,
+        seed=seed,
+        policy_base_url=policy_base_url,
+        policy_model=policy_model,
+        stream=stream,
+        policy_timeout_s=policy_timeout_s,
+        max_attempts=max_attempts,
+    )
+    run_dir = _new_run_dir(options.out_dir)
     tasks_path = run_dir / "tasks.jsonl"
-    _write_tasks(tasks_path, rollouts, seed)
+    _write_tasks(tasks_path, options.rollouts, options.seed)
     started = time.monotonic()
-    token = _new_token()
     try:
-        with _ServerGroup(run_dir, token, external_policy=policy_base_url is not None) as servers:
-            with contextlib.ExitStack() as bound:
-                # The launcher's copies of the sockets close on every way out of this block (a
-                # config that does not validate included); each server keeps its own.
-                sockets = {name: bound.enter_context(_listening_socket()) for name in SERVERS}
-                urls = {name: f"http://127.0.0.1:{sock.getsockname()[1]}" for name, sock in sockets.items()}
-                config = DemoConfig(
-                    run_dir=run_dir.resolve(),
-                    seed=seed,
-                    plan=plan,
-                    model_url=urls["model"],
-                    resources_url=urls["resources"],
-                    agent_url=urls["agent"],
-                    policy_base_url=policy_base_url,
-                    policy_model=policy_model or SCRIPTED_POLICY_MODEL,
-                    stream=stream,
-                )
-                config_path = run_dir / "demo_config.json"
-                config_path.write_text(config.model_dump_json(indent=2) + "\n")
-                servers.start(config_path, sockets, urls)
-            servers.wait_ready()
-            ready_s = time.monotonic() - started
-            collection = CollectionConfig(
-                input_path=tasks_path,
-                output_path=run_dir / "rollouts.jsonl",
-                # The collector has no header option: aiohttp sends this URL's user info as Basic
-                # credentials, which the agent accepts (`DemoGuard`), and never shows it in a URL.
-                agent_url=urls["agent"].replace("://", f"://{_COLLECTOR_USER}:{token}@", 1),
-                num_repeats=1,
-                concurrency=concurrency,
-                max_attempts=max_attempts,
-                # Only for an agent that hangs: every episode's own calls are bounded well within it.
-                timeout_s=60.0 + MAX_TURNS * policy_budget_s(plan.limits.policy_timeout_s),
-            )
-            summary = servers.run_async(collect(collection, on_progress))
+        summary, ready_s = _collect(options, run_dir, tasks_path, on_progress)
     finally:
         # Merged on every way out, so an interrupted run still says what was injected into its rows.
         injected = _merge_injections(run_dir)
@@ -165,15 +135,15 @@ def run_demo(
     _write_json(
         run_dir / "demo.json",
         {
-            "seed": seed,
-            "rollouts": rollouts,
-            "concurrency": concurrency,
+            "seed": options.seed,
+            "rollouts": options.rollouts,
+            "concurrency": options.concurrency,
             "policy": (
                 {"scripted": SCRIPTED_POLICY_MODEL}
-                if policy_base_url is None
-                else {"base_url": url_without_secrets(policy_base_url), "model": policy_model}
+                if options.policy_base_url is None
+                else {"base_url": url_without_secrets(options.policy_base_url), "model": options.policy_model}
             ),
-            "fault_plan": plan.model_dump(mode="json"),
+            "fault_plan": options.plan.model_dump(mode="json"),
             "injected_faults": injected,
             "collection": {
                 "expected": summary.expected,
@@ -188,16 +158,49 @@ def run_demo(
     return run_dir
 
 
-def with_policy_timeout(plan: FaultPlan, policy_timeout_s: float) -> FaultPlan:
-    """`plan` with the agent's deadline for a policy call replaced; a planned slow reply stays
-    slower than the new deadline, as the plan's own check requires."""
-    limits = plan.limits.model_copy(
-        update={
-            "policy_timeout_s": policy_timeout_s,
-            "slow_response_s": max(plan.limits.slow_response_s, policy_timeout_s * 1.5),
-        }
-    )
-    return plan.model_copy(update={"limits": Limits.model_validate(limits.model_dump())})
+def _collect(
+    options: DemoOptions, run_dir: Path, tasks_path: Path, on_progress: Callable[[int, int], None] | None
+) -> tuple[CollectionSummary, float]:
+    """Start the servers, collect the tasks in `tasks_path` against them, and stop them; the summary
+    and the seconds the servers took to be ready."""
+    started = time.monotonic()
+    token = _new_token()
+    plan = options.plan
+    with _ServerGroup(run_dir, token, external_policy=options.external_policy) as servers:
+        with contextlib.ExitStack() as bound:
+            # The launcher's copies of the sockets close on every way out of this block (a
+            # config that does not validate included); each server keeps its own.
+            sockets = {name: bound.enter_context(_listening_socket()) for name in SERVERS}
+            urls = {name: f"http://127.0.0.1:{sock.getsockname()[1]}" for name, sock in sockets.items()}
+            config = DemoConfig(
+                run_dir=run_dir.resolve(),
+                seed=options.seed,
+                plan=plan,
+                model_url=urls["model"],
+                resources_url=urls["resources"],
+                agent_url=urls["agent"],
+                policy_base_url=options.policy_base_url,
+                policy_model=options.policy_model or SCRIPTED_POLICY_MODEL,
+                stream=options.stream,
+            )
+            config_path = run_dir / "demo_config.json"
+            config_path.write_text(config.model_dump_json(indent=2) + "\n")
+            servers.start(config_path, sockets, urls)
+        servers.wait_ready()
+        ready_s = time.monotonic() - started
+        collection = CollectionConfig(
+            input_path=tasks_path,
+            output_path=run_dir / "rollouts.jsonl",
+            # The collector has no header option: aiohttp sends this URL's user info as Basic
+            # credentials, which the agent accepts (`DemoGuard`), and never shows it in a URL.
+            agent_url=urls["agent"].replace("://", f"://{_COLLECTOR_USER}:{token}@", 1),
+            num_repeats=1,
+            concurrency=options.concurrency,
+            max_attempts=options.max_attempts,
+            # Only for an agent that hangs: every episode's own calls are bounded well within it.
+            timeout_s=60.0 + MAX_TURNS * policy_budget_s(plan.limits.policy_timeout_s),
+        )
+        return servers.run_async(collect(collection, on_progress)), ready_s
 
 
 def _new_token() -> str:

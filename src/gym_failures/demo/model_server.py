@@ -32,6 +32,7 @@ import itertools
 import json
 import re
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -234,6 +235,55 @@ def _terminal(kind: str, response: dict[str, Any], sequence_number: int, error: 
 # --- The server ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _ModelCall:
+    """One `/v1/responses` call as the server reads it: who asks, the demo's identity headers that
+    key its fault draws (empty or 0 without them), and what of the request the reply depends on."""
+
+    judge: bool
+    stage: FailureStage
+    rollout_id: str
+    attempt: int
+    call: str
+    try_number: int
+    stream: bool
+    model: str
+    items: list[dict[str, Any]]
+    tools: bool
+    max_output_tokens: int | None
+
+
+async def _read_call(request: Request) -> _ModelCall | Response:
+    """The call `request` makes, or the 400 reply to a body that is not a Responses request."""
+    judge = request.headers.get(ROLE_HEADER, "policy") == "judge"
+    stage: FailureStage = "verification" if judge else "agent"
+    try:
+        body = await request.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict) or "input" not in body:
+        failure = ModelFailure(
+            failure_kind=INVALID_REQUEST_PARAMETER,
+            failure_reason="the request body is not a Responses request with an `input`",
+            http_status=400,
+            stage=stage,
+        )
+        return _failure_reply(failure, 400, "invalid_request_error")
+    return _ModelCall(
+        judge=judge,
+        stage=stage,
+        rollout_id=request.headers.get(ROLLOUT_HEADER, ""),
+        attempt=_int(request.headers.get(ATTEMPT_HEADER)),
+        call=request.headers.get(CALL_HEADER, ""),
+        try_number=_int(request.headers.get(TRY_HEADER)),
+        stream=body.get("stream") is True and not judge,
+        model=str(body.get("model") or "demo"),
+        items=input_items(body.get("input")),
+        tools=bool(body.get("tools")),
+        max_output_tokens=_int(body.get("max_output_tokens")) or None,
+    )
+
+
 class _ModelServer:
     def __init__(self, config: DemoConfig, recorder: FaultRecorder) -> None:
         self.config = config
@@ -241,116 +291,105 @@ class _ModelServer:
         self.recorder = recorder
 
     async def responses(self, request: Request) -> Response:
-        role = request.headers.get(ROLE_HEADER, "policy")
-        judge = role == "judge"
-        stage: FailureStage = "verification" if judge else "agent"
-        try:
-            body = await request.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict) or "input" not in body:
-            failure = ModelFailure(
-                failure_kind=INVALID_REQUEST_PARAMETER,
-                failure_reason="the request body is not a Responses request with an `input`",
-                http_status=400,
-                stage=stage,
-            )
-            return _failure_reply(failure, 400, "invalid_request_error")
-        rollout_id = request.headers.get(ROLLOUT_HEADER, "")
-        attempt = _int(request.headers.get(ATTEMPT_HEADER))
-        call = request.headers.get(CALL_HEADER, "")
-        try_number = _int(request.headers.get(TRY_HEADER))
-        stream = body.get("stream") is True and not judge
-        model = str(body.get("model") or "demo")
-        items = input_items(body.get("input"))
-        input_tokens = sum(len(message_text(item).split()) for item in items)
-
-        fault = None
-        if rollout_id:
-            u = draw(self.config.seed, "model", rollout_id, attempt, call, try_number)
-            fault = self.plan.model.pick(u, _JUDGE_FAULTS if judge else None if stream else _PLAIN_FAULTS)
-        facts: dict[str, Any] = {"call": call, "try": try_number, "stream": stream}
-
-        def record(name: str, failure: ModelFailure | None = None) -> None:
-            event = {} if failure is None else {"event_id": failure.event_id}
-            self.recorder.record(name, rollout_id, attempt, **event, **facts)
-
+        call = await _read_call(request)
+        if isinstance(call, Response):
+            return call
+        fault = self._draw_fault(call)
         if fault == "rate_limit":
-            failure = ModelFailure(
-                failure_kind=PROVIDER_QUOTA_EXHAUSTED,
-                failure_reason=(
-                    f"requests-per-minute quota of {model} exhausted; resets at {_quota_reset()} UTC"
-                ),
-                http_status=429,
-                stage=stage,
-            )
-            record("model.rate_limit", failure)
-            return _failure_reply(failure, 429, "rate_limit_exceeded")
-        if fault == "server_error" and not stream:
+            return self._rate_limited(call)
+        if fault == "server_error" and not call.stream:
             failure = ModelFailure(
                 failure_kind=MODEL_SERVER_ERROR,
                 failure_reason="the inference worker crashed while generating",
                 http_status=500,
-                stage=stage,
+                stage=call.stage,
             )
-            record("model.server_error", failure)
+            self._record(call, "model.server_error", failure)
             raise failure  # the middleware replies 500 with the report, as for any crash
-
+        output = self._output(call, fault)
         status, reason = "completed", None
-        if judge:
-            text = scripted_judge("\n".join(message_text(item) for item in items))
-            # Only into a reply that is delivered: an unparseable verdict lost with its connection
-            # would be a fault nobody saw.
-            if (
-                fault is None
-                and rollout_id
-                and draw(self.config.seed, "judge", rollout_id, attempt, call, try_number)
-                < self.plan.resources_server.judge_unparseable
-            ):
-                record("resources_server.judge_unparseable")
-                text = "The candidate's reasoning looks plausible, though I would not swear to it."
-            output = [message_item(text)]
-        else:
-            output = scripted_policy(
-                items,
-                seed=self.config.seed,
-                rollout_id=rollout_id or new_id("anonymous"),
-                attempt=attempt,
-                tools=bool(body.get("tools")),
-            )
         if fault == "slow_response":
-            record("model.slow_response")
+            self._record(call, "model.slow_response")
             if await _gone_within(request, self.plan.limits.slow_response_s):
                 # The agent gave up first, as planned. Nobody reads a reply now; stopping here keeps
                 # a sleeping request from holding up the server's shutdown.
                 return Response(status_code=499)
         elif fault == "empty_answer":
-            record("model.empty_answer")
+            self._record(call, "model.empty_answer")
             output = [message_item("")]
         elif fault == "truncated_answer":
-            record("model.truncated_answer")
+            self._record(call, "model.truncated_answer")
             words = (message_text(output[0]) if output[0]["type"] == "message" else "").split()
-            text = " ".join(words[:4]) or "Let me think about"
-            output = [message_item(text, status="incomplete")]
+            output = [message_item(" ".join(words[:4]) or "Let me think about", status="incomplete")]
             status, reason = "incomplete", "max_output_tokens"
-
         final = response_object(
-            model=model,
+            model=call.model,
             output=output,
             status=status,
             incomplete_reason=reason,
-            max_output_tokens=_int(body.get("max_output_tokens")) or None,
-            input_tokens=input_tokens,
+            max_output_tokens=call.max_output_tokens,
+            input_tokens=sum(len(message_text(item).split()) for item in call.items),
         )
-        if not stream:
-            if fault == "dropped_connection":
-                record("model.dropped_connection")
-                data = json.dumps(final).encode()
-                return _RawReply(
-                    [data[: len(data) // 2]], media_type="application/json", complete=False, length=len(data)
-                )
-            return JSONResponse(final)
+        return self._streamed(call, final, fault) if call.stream else self._plain(call, final, fault)
 
+    def _draw_fault(self, call: _ModelCall) -> str | None:
+        """The model fault this call gets; only a call with the demo's identity headers gets one."""
+        if not call.rollout_id:
+            return None
+        u = draw(self.config.seed, "model", call.rollout_id, call.attempt, call.call, call.try_number)
+        allowed = _JUDGE_FAULTS if call.judge else None if call.stream else _PLAIN_FAULTS
+        return self.plan.model.pick(u, allowed)
+
+    def _record(self, call: _ModelCall, name: str, failure: ModelFailure | None = None) -> None:
+        event = {} if failure is None else {"event_id": failure.event_id}
+        facts = {"call": call.call, "try": call.try_number, "stream": call.stream}
+        self.recorder.record(name, call.rollout_id, call.attempt, **event, **facts)
+
+    def _rate_limited(self, call: _ModelCall) -> Response:
+        failure = ModelFailure(
+            failure_kind=PROVIDER_QUOTA_EXHAUSTED,
+            failure_reason=(
+                f"requests-per-minute quota of {call.model} exhausted; resets at {_quota_reset()} UTC"
+            ),
+            http_status=429,
+            stage=call.stage,
+        )
+        self._record(call, "model.rate_limit", failure)
+        return _failure_reply(failure, 429, "rate_limit_exceeded")
+
+    def _output(self, call: _ModelCall, fault: str | None) -> list[dict[str, Any]]:
+        """The output items of the judge's verdict or the policy's turn, before any answer fault."""
+        if not call.judge:
+            return scripted_policy(
+                call.items,
+                seed=self.config.seed,
+                rollout_id=call.rollout_id or new_id("anonymous"),
+                attempt=call.attempt,
+                tools=call.tools,
+            )
+        text = scripted_judge("\n".join(message_text(item) for item in call.items))
+        # Only into a reply that is delivered: an unparseable verdict lost with its connection
+        # would be a fault nobody saw.
+        if (
+            fault is None
+            and call.rollout_id
+            and draw(self.config.seed, "judge", call.rollout_id, call.attempt, call.call, call.try_number)
+            < self.plan.resources_server.judge_unparseable
+        ):
+            self._record(call, "resources_server.judge_unparseable")
+            text = "The candidate's reasoning looks plausible, though I would not swear to it."
+        return [message_item(text)]
+
+    def _plain(self, call: _ModelCall, final: dict[str, Any], fault: str | None) -> Response:
+        if fault != "dropped_connection":
+            return JSONResponse(final)
+        self._record(call, "model.dropped_connection")
+        data = json.dumps(final).encode()
+        return _RawReply(
+            [data[: len(data) // 2]], media_type="application/json", complete=False, length=len(data)
+        )
+
+    def _streamed(self, call: _ModelCall, final: dict[str, Any], fault: str | None) -> Response:
         chunks = _stream_chunks(final)
         if fault in ("server_error", "dropped_connection", "stream_cut"):
             # Break off in the middle of the output, after the stream has visibly started.
@@ -359,9 +398,9 @@ class _ModelServer:
             failure = ModelFailure(
                 failure_kind=MODEL_SERVER_ERROR,
                 failure_reason="the inference worker crashed in the middle of a streamed response",
-                stage=stage,
+                stage=call.stage,
             )
-            record("model.server_error", failure)
+            self._record(call, "model.server_error", failure)
             failed = {
                 **final,
                 "status": "failed",
@@ -370,9 +409,9 @@ class _ModelServer:
             }
             chunks.append(_terminal("response.failed", failed, len(chunks), failure))
         elif fault in ("dropped_connection", "stream_cut"):
-            record(f"model.{fault}")
+            self._record(call, f"model.{fault}")
         else:
-            kind = "response.completed" if status == "completed" else "response.incomplete"
+            kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
             chunks.append(_terminal(kind, final, len(chunks), None))
         return _RawReply(
             chunks, media_type="text/event-stream", complete=fault != "dropped_connection", length=None

@@ -38,7 +38,6 @@ from gym_failures.demo.__main__ import main as demo_main
 from gym_failures.demo._plan import draw
 from gym_failures.demo._responses import SseDecoder, extract_final_answer, message_text, output_text
 from gym_failures.demo._serve import API_KEY_ENV, TOKEN_ENV, TOKEN_HEADER, DemoConfig, command_allowed
-from gym_failures.demo.launcher import with_policy_timeout
 from gym_failures.demo.model_server import scripted_judge, scripted_policy
 from gym_failures.failure_kinds import (
     EMPTY_ANSWER,
@@ -753,7 +752,7 @@ def test_a_model_base_url_holding_a_secret_is_refused_before_anything_is_written
 
 
 def test_a_policy_timeout_override_keeps_slow_replies_slower_than_it() -> None:
-    plan = with_policy_timeout(load_fault_plan(), 60.0)
+    plan = load_fault_plan().with_policy_timeout(60.0)
     assert plan.limits.policy_timeout_s == 60.0
     assert plan.limits.slow_response_s > 60.0
     assert plan.model == load_fault_plan().model
