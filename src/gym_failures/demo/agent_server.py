@@ -94,7 +94,7 @@ from gym_failures.failure_kinds import (
     FailureStage,
 )
 from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureBoundary
-from gym_failures.failure_transport import StreamFailureReportReader, report_for_current_request
+from gym_failures.failure_transport import StreamFailureReportReader
 from gym_failures.failures import (
     AgentFailure,
     HttpDetails,
@@ -104,6 +104,7 @@ from gym_failures.failures import (
     SandboxFailure,
     rebuild_failure,
 )
+from gym_failures.reply import reply_report
 
 __all__ = ["API_KEY_ENV", "TERMINAL_KINDS", "create_app"]
 
@@ -190,10 +191,10 @@ class _Agent:
                     stage=failure.stage,
                     terminal=failure.failure_kind in TERMINAL_KINDS,
                 ),
-                failure_report=report_for_current_request(failure),
+                failure_report=reply_report(failure),
             )
         else:
-            report = report_for_current_request(None)
+            report = reply_report(None)
             reply = BaseEpisodeResponse(
                 result=result, failure_report=report if report.events or report.omitted else None
             )

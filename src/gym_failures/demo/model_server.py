@@ -43,7 +43,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gym_failures.asgi import FailureReportMiddleware, sse_event, stream_failure_field
+from gym_failures.asgi import FailureReportMiddleware, sse_event
 from gym_failures.demo._plan import FaultRecorder, draw
 from gym_failures.demo._responses import (
     function_call_item,
@@ -70,8 +70,8 @@ from gym_failures.failure_kinds import (
     PROVIDER_QUOTA_EXHAUSTED,
     FailureStage,
 )
-from gym_failures.failure_transport import FailureHeader, report_for_current_request
 from gym_failures.failures import ModelFailure
+from gym_failures.reply import reply_headers, stream_failure_field
 
 __all__ = ["create_app", "scripted_judge", "scripted_policy"]
 
@@ -181,7 +181,7 @@ class _RawReply(Response):
 def _failure_reply(failure: ModelFailure, status: int, error_type: str, **headers: str) -> Response:
     """A failure reply with a status of its own (the middleware's is always 500), carrying the report
     in its header as the middleware would: a 429 must stay a 429 for clients to back off."""
-    report_headers = FailureHeader.encode(report_for_current_request(failure))
+    report_headers = reply_headers(failure)
     body = {"error": {"message": failure.failure_reason, "type": error_type, "code": error_type}}
     return JSONResponse(body, status_code=status, headers={**report_headers, **headers})
 
