@@ -30,6 +30,7 @@ from gym_failures.client import (
     raise_boundary_failure,
     raise_for_status,
 )
+from gym_failures.client._reply import retry_after_s
 from gym_failures.failure_kinds import (
     FAILURE_KINDS,
     MODEL_SERVER_ERROR,
@@ -466,10 +467,8 @@ async def test_an_endless_failed_body_is_read_only_up_to_the_bound(client: Clien
 
 
 def test_a_retry_after_of_non_ascii_digits_is_no_evidence() -> None:
-    from gym_failures.client import _retry_after
-
-    assert _retry_after({"Retry-After": "²"}) is None
-    assert _retry_after({"Retry-After": "7"}) == 7.0
+    assert retry_after_s({"Retry-After": "²"}) is None
+    assert retry_after_s({"Retry-After": "7"}) == 7.0
 
 
 async def _small_failure(request: Request) -> Response:
