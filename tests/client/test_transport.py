@@ -3,6 +3,8 @@ row by row through the table."""
 
 from __future__ import annotations
 
+import errno
+
 import aiohttp
 import httpx
 import pytest
@@ -10,12 +12,15 @@ import pytest
 from gym_failures.client import map_transport_errors
 from gym_failures.failure_kinds import (
     MODEL_SERVER_ERROR,
+    TRANSPORT_LOCAL_RESOURCE,
     TRANSPORT_PEER_DROP,
     TRANSPORT_TIMEOUT,
     TRANSPORT_UNREACHABLE,
 )
 from gym_failures.failures import ModelFailure, NgFailureEvent
 from tests.client.servers import QUERY_SECRET, ClientName, closed_port, get
+
+URL = "http://model.test/v1/responses"
 
 
 async def fetch_mapped(client: ClientName, url: str, *, read_timeout: float) -> None:
@@ -88,3 +93,67 @@ async def test_map_transport_errors_passes_other_exceptions_and_gym_failures_thr
     assert raised.value is failure
     with pytest.raises(KeyError), map_transport_errors("model"):
         raise KeyError("not transport")
+
+
+# --- The table, row by row ----------------------------------------------------------------------
+
+
+class ReadTimeoutOfOurOwn(httpx.ReadTimeout):
+    """A subclass defined outside httpx: still httpx's, by its class hierarchy."""
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "delivery"),
+    [
+        (OSError(errno.EMFILE, "too many open files"), TRANSPORT_LOCAL_RESOURCE, "not_sent"),
+        (aiohttp.ClientOSError(errno.EADDRNOTAVAIL, "no port"), TRANSPORT_LOCAL_RESOURCE, "not_sent"),
+        (httpx.ConnectTimeout("connect"), TRANSPORT_TIMEOUT, "not_sent"),
+        (httpx.PoolTimeout("pool"), TRANSPORT_TIMEOUT, "not_sent"),
+        (httpx.ReadTimeout("read"), TRANSPORT_TIMEOUT, "unknown"),
+        (ReadTimeoutOfOurOwn("read"), TRANSPORT_TIMEOUT, "unknown"),
+        (httpx.ConnectError("refused"), TRANSPORT_UNREACHABLE, "not_sent"),
+        (httpx.RemoteProtocolError("closed"), TRANSPORT_PEER_DROP, "unknown"),
+        (httpx.WriteError("broken"), TRANSPORT_PEER_DROP, "unknown"),
+        (aiohttp.ConnectionTimeoutError(), TRANSPORT_TIMEOUT, "not_sent"),
+        (aiohttp.ServerTimeoutError(), TRANSPORT_TIMEOUT, "unknown"),
+        (aiohttp.ServerDisconnectedError(), TRANSPORT_PEER_DROP, "unknown"),
+        (aiohttp.ClientOSError(), TRANSPORT_PEER_DROP, "unknown"),
+        (TimeoutError(), TRANSPORT_TIMEOUT, "unknown"),
+        (ConnectionRefusedError(), TRANSPORT_UNREACHABLE, "not_sent"),
+        (ConnectionResetError(), TRANSPORT_PEER_DROP, "unknown"),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else str(value),
+)
+def test_each_transport_error_maps_to_its_kind_and_delivery(
+    error: Exception, kind: str, delivery: str
+) -> None:
+    with pytest.raises(ModelFailure) as raised, map_transport_errors("model", method="GET", url=URL):
+        raise error
+
+    assert raised.value.failure_kind == kind
+    assert raised.value.http_details is not None
+    assert raised.value.http_details.delivery == delivery
+    assert raised.value.__cause__ is error
+
+
+def test_the_reason_names_the_errno_not_the_error_text() -> None:
+    with pytest.raises(ModelFailure) as raised, map_transport_errors("model", method="GET", url=URL):
+        raise OSError(errno.EMFILE, f"too many open files for {URL}?key={QUERY_SECRET}")
+
+    assert raised.value.failure_reason == f"GET {URL}: OSError [EMFILE]"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        httpx.LocalProtocolError("bad header"),
+        httpx.UnsupportedProtocol("ftp"),
+        aiohttp.ClientError(),
+        OSError(),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_an_error_of_a_library_that_is_no_transport_error_passes_through(error: Exception) -> None:
+    with pytest.raises(type(error)) as raised, map_transport_errors("model"):
+        raise error
+    assert raised.value is error
