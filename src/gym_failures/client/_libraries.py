@@ -7,12 +7,15 @@ imported on the first such object, and a caller that uses one library never pays
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from gym_failures.failures import NgFailureEvent
+
+__all__ = ["Delivery", "HttpLibrary", "Reply", "TransportRule", "library_of", "reply_library"]
 
 Delivery = Literal["not_sent", "unknown"]
 """Whether a request that failed without a reply can have reached the peer (`HttpDetails.delivery`)."""
@@ -60,9 +63,15 @@ def library_of(obj: object) -> HttpLibrary | None:
     for cls in type(obj).__mro__:
         module = _MODULE_BY_LIBRARY.get(cls.__module__.partition(".")[0])
         if module is not None:
-            library: HttpLibrary = importlib.import_module(module).LIBRARY
-            return library
+            return _loaded(module)
     return None
+
+
+@functools.cache
+def _loaded(module: str) -> HttpLibrary:
+    # Cached: every reply passes here, and `import_module` of a loaded module costs about 1 us.
+    library: HttpLibrary = importlib.import_module(module).LIBRARY
+    return library
 
 
 def reply_library(response: object) -> HttpLibrary:
