@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 import gym_failures.client
+from gym_failures.failures import exception_type_name
 
 
 def run_fresh(code: str) -> str:
@@ -75,6 +76,14 @@ def test_the_library_error_types_are_the_libraries_own() -> None:
 
     assert issubclass(GymClientResponseError, aiohttp.ClientResponseError)
     assert issubclass(GymHTTPStatusError, httpx.HTTPStatusError)
+
+
+def test_the_library_error_types_keep_their_public_type_names() -> None:
+    """The name a failure records for an unhandled one (`exception_type`) is the one it had before."""
+    from gym_failures.client import GymClientResponseError, GymHTTPStatusError
+
+    assert exception_type_name(GymClientResponseError) == "gym_failures.client.GymClientResponseError"
+    assert exception_type_name(GymHTTPStatusError) == "gym_failures.client.GymHTTPStatusError"
 
 
 def test_the_library_error_types_stay_out_of_all() -> None:

@@ -14,6 +14,10 @@ __all__ = ["LIBRARY", "GymClientResponseError"]
 class GymClientResponseError(aiohttp.ClientResponseError):
     """`aiohttp.ClientResponseError` carrying the rebuilt Gym failure and the reply's content."""
 
+    # Its public home, where `__getattr__` serves it: the type name a failure records for it
+    # (`exception_type`) and a traceback shows stays what it was before the package split.
+    __module__ = "gym_failures.client"
+
     def __init__(self, response: aiohttp.ClientResponse, failure: NgFailureEvent, content: bytes):
         super().__init__(
             response.request_info,

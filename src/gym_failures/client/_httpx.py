@@ -14,6 +14,10 @@ __all__ = ["LIBRARY", "GymHTTPStatusError"]
 class GymHTTPStatusError(httpx.HTTPStatusError):
     """`httpx.HTTPStatusError` carrying the rebuilt Gym failure and the reply's content."""
 
+    # Its public home, where `__getattr__` serves it: the type name a failure records for it
+    # (`exception_type`) and a traceback shows stays what it was before the package split.
+    __module__ = "gym_failures.client"
+
     def __init__(self, response: httpx.Response, failure: NgFailureEvent, content: bytes):
         url = failure.http_details.url if failure.http_details else ""
         super().__init__(
