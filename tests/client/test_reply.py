@@ -1,167 +1,46 @@
-"""Tests for the caller side against a real uvicorn server, with real aiohttp and httpx clients."""
+"""Tests for reading a reply (`raise_boundary_failure`, `raise_for_status`) from a real server, with
+real aiohttp and httpx clients."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import socket
-import ssl
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from email.utils import formatdate
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Mount, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
 
-from gym_failures.asgi import FailureReportMiddleware
-from gym_failures.client import (
-    DEFAULT_KIND_BY_BOUNDARY,
-    map_transport_errors,
-    raise_boundary_failure,
-    raise_for_status,
-)
-from gym_failures.failure_kinds import (
-    FAILURE_KINDS,
-    MODEL_SERVER_ERROR,
-    PROVIDER_UNAVAILABLE,
-    TRANSPORT_PEER_DROP,
-    TRANSPORT_TIMEOUT,
-    TRANSPORT_UNREACHABLE,
-)
+from gym_failures.client import DEFAULT_KIND_BY_BOUNDARY, raise_boundary_failure, raise_for_status
+from gym_failures.client._reply import retry_after_s
+from gym_failures.failure_kinds import FAILURE_KINDS, MODEL_SERVER_ERROR, PROVIDER_UNAVAILABLE
 from gym_failures.failure_records import FailureBoundary
-from gym_failures.failure_transport import RequestFailureLog, observe_failure
+from gym_failures.failure_transport import RequestFailureLog
 from gym_failures.failures import ModelFailure, NgFailureEvent, SandboxFailure
+from tests.client.servers import (
+    BODY_SECRET,
+    CAUSE_ID,
+    FAILURE_ID,
+    LONG_BODY,
+    OBSERVED_ID,
+    QUERY_SECRET,
+    ClientName,
+    get,
+    serving,
+)
 
-ClientName = Literal["aiohttp", "httpx"]
-AnyResponse = aiohttp.ClientResponse | httpx.Response
-
-OBSERVED_ID = "observed-attempt-1"
-FAILURE_ID = "model-failure-1"
-CAUSE_ID = "sandbox-cause-1"
-QUERY_SECRET = "Qs8QuerySecretValue"
-BODY_SECRET = "sk-bodysecret0123456789"
-# One TLS context for every httpx client: loading the CA bundle per client costs about 0.1 s a test.
-TLS = ssl.create_default_context()
-LONG_BODY = f"upstream failed: Authorization: Bearer {BODY_SECRET}\n" + "detail " * 1000
-
-
-# --- The server ---------------------------------------------------------------------------------
-
-
-async def ok(request: Request) -> Response:
-    observe_failure(ModelFailure(failure_kind=MODEL_SERVER_ERROR, event_id=OBSERVED_ID))
-    return JSONResponse({"ok": True})
-
-
-async def fail(request: Request) -> Response:
-    cause = SandboxFailure(failure_kind=PROVIDER_UNAVAILABLE, failure_reason="no capacity", event_id=CAUSE_ID)
-    raise ModelFailure(
-        failure_kind=MODEL_SERVER_ERROR, failure_reason="model crashed", stage="agent", event_id=FAILURE_ID
-    ) from cause
-
-
-async def plain(request: Request) -> Response:
-    """A failed reply without a report, as a server that is not a Gym server sends."""
-    headers = {}
-    if "retry_after" in request.query_params:
-        headers["Retry-After"] = request.query_params["retry_after"]
-    return PlainTextResponse(LONG_BODY, status_code=int(request.path_params["status"]), headers=headers)
-
-
-async def drop(scope: Scope, receive: Receive, send: Send) -> None:
-    """Start a reply, send part of its body, then fail: uvicorn closes the connection mid-reply."""
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"1000")]})
-    await send({"type": "http.response.body", "body": b"partial", "more_body": True})
-    raise ConnectionAbortedError("the test server drops the connection")
-
-
-async def hang(scope: Scope, receive: Receive, send: Send) -> None:
-    """Never reply; return once the client has gone, so the server shuts down at once."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-def gym_app() -> Starlette:
-    app = Starlette(
-        routes=[
-            Route("/ok", ok),
-            Route("/fail", fail),
-            Route("/plain/{status:int}", plain),
-            Mount("/drop", app=drop),
-            Mount("/hang", app=hang),
-        ]
-    )
-    app.add_middleware(FailureReportMiddleware, boundary="model")
-    return app
-
-
-@contextlib.contextmanager
-def serving(app: ASGIApp) -> Iterator[str]:
-    """`app` served by uvicorn in a background thread on a free loopback port; yields its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, lifespan="off", ws="none", log_level="critical", timeout_graceful_shutdown=2)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-        assert not thread.is_alive(), "uvicorn did not stop"
-
-
-@pytest.fixture(scope="module")
-def base_url() -> Iterator[str]:
-    with serving(gym_app()) as url:
-        yield url
-
-
-@pytest.fixture(params=["aiohttp", "httpx"])
-def client(request: pytest.FixtureRequest) -> ClientName:
-    name: ClientName = request.param
-    return name
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
-@contextlib.asynccontextmanager
-async def get(
-    client: ClientName, url: str, *, read_timeout: float = 10.0, **kwargs: Any
-) -> AsyncIterator[AnyResponse]:
-    """A GET with `client`; the response is open (its body readable) inside the block."""
-    if client == "aiohttp":
-        timeout = aiohttp.ClientTimeout(total=30, sock_read=read_timeout)
-        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url, **kwargs) as reply:
-            yield reply
-    else:
-        timeouts = httpx.Timeout(10.0, read=read_timeout)
-        async with httpx.AsyncClient(timeout=timeouts, verify=TLS) as http:
-            yield await http.get(url, **kwargs)
+# What `raise_for_status` promises to raise, by client: the library's own HTTP status error.
+STATUS_ERRORS: dict[ClientName, type[Exception]] = {
+    "aiohttp": aiohttp.ClientResponseError,
+    "httpx": httpx.HTTPStatusError,
+}
 
 
 async def failure_of(
@@ -341,7 +220,7 @@ async def test_raise_for_status_carries_a_failure_built_for_a_reply_without_a_re
     client: ClientName, base_url: str
 ) -> None:
     async with get(client, f"{base_url}/plain/404") as response:
-        with pytest.raises(Exception) as raised:  # noqa: PT011 (the type depends on the client)
+        with pytest.raises(STATUS_ERRORS[client]) as raised:
             await raise_for_status(response, boundary="resources_server")
 
     error: Any = raised.value
@@ -358,81 +237,6 @@ async def test_raise_for_status_returns_on_2xx_and_observes_the_report(
             await raise_for_status(response)
 
     assert list(log.report.events) == [OBSERVED_ID]
-
-
-# --- map_transport_errors -----------------------------------------------------------------------
-
-
-async def fetch_mapped(client: ClientName, url: str, *, read_timeout: float) -> None:
-    with map_transport_errors("model", method="GET", url=url):
-        async with get(client, url, read_timeout=read_timeout) as response:
-            if isinstance(response, aiohttp.ClientResponse):
-                await response.read()
-
-
-async def transport_failure(client: ClientName, url: str, *, read_timeout: float = 10.0) -> NgFailureEvent:
-    with pytest.raises(NgFailureEvent) as raised:
-        await fetch_mapped(client, url, read_timeout=read_timeout)
-    return raised.value
-
-
-ORIGINAL_ERRORS: dict[tuple[ClientName, str], type[Exception]] = {
-    ("aiohttp", "refused"): aiohttp.ClientConnectorError,
-    ("httpx", "refused"): httpx.ConnectError,
-    ("aiohttp", "drop"): aiohttp.ClientPayloadError,
-    ("httpx", "drop"): httpx.RemoteProtocolError,
-    ("aiohttp", "timeout"): aiohttp.ServerTimeoutError,
-    ("httpx", "timeout"): httpx.ReadTimeout,
-    ("aiohttp", "dns"): aiohttp.ClientConnectorError,
-    ("httpx", "dns"): httpx.ConnectError,
-}
-
-
-def assert_mapped(failure: NgFailureEvent, kind: str, delivery: str, original: type[Exception]) -> None:
-    assert failure.failure_kind == kind
-    assert type(failure) is ModelFailure
-    assert failure.http_details is not None
-    assert failure.http_details.delivery == delivery
-    assert isinstance(failure.__cause__, original)
-    assert failure.exception_type is not None
-    assert QUERY_SECRET not in failure.failure_reason
-    assert "?" not in failure.failure_reason
-
-
-async def test_connection_refused_is_transport_unreachable_not_sent(client: ClientName) -> None:
-    url = f"http://127.0.0.1:{closed_port()}/v1/responses?key={QUERY_SECRET}"
-    failure = await transport_failure(client, url)
-
-    assert_mapped(failure, TRANSPORT_UNREACHABLE, "not_sent", ORIGINAL_ERRORS[client, "refused"])
-
-
-async def test_a_connection_closed_mid_reply_is_transport_peer_drop(
-    client: ClientName, base_url: str
-) -> None:
-    failure = await transport_failure(client, f"{base_url}/drop/x?key={QUERY_SECRET}")
-
-    assert_mapped(failure, TRANSPORT_PEER_DROP, "unknown", ORIGINAL_ERRORS[client, "drop"])
-
-
-async def test_a_read_timeout_is_transport_timeout(client: ClientName, base_url: str) -> None:
-    failure = await transport_failure(client, f"{base_url}/hang/x?key={QUERY_SECRET}", read_timeout=0.2)
-
-    assert_mapped(failure, TRANSPORT_TIMEOUT, "unknown", ORIGINAL_ERRORS[client, "timeout"])
-
-
-async def test_a_dns_failure_is_transport_unreachable(client: ClientName) -> None:
-    failure = await transport_failure(client, f"http://gym-failures-test.invalid/v1?key={QUERY_SECRET}")
-
-    assert_mapped(failure, TRANSPORT_UNREACHABLE, "not_sent", ORIGINAL_ERRORS[client, "dns"])
-
-
-async def test_map_transport_errors_passes_other_exceptions_and_gym_failures_through() -> None:
-    failure = ModelFailure(failure_kind=MODEL_SERVER_ERROR)
-    with pytest.raises(ModelFailure) as raised, map_transport_errors("model"):
-        raise failure
-    assert raised.value is failure
-    with pytest.raises(KeyError), map_transport_errors("model"):
-        raise KeyError("not transport")
 
 
 # --- Regressions found in review ------------------------------------------------------------------
@@ -466,10 +270,8 @@ async def test_an_endless_failed_body_is_read_only_up_to_the_bound(client: Clien
 
 
 def test_a_retry_after_of_non_ascii_digits_is_no_evidence() -> None:
-    from gym_failures.client import _retry_after
-
-    assert _retry_after({"Retry-After": "²"}) is None
-    assert _retry_after({"Retry-After": "7"}) == 7.0
+    assert retry_after_s({"Retry-After": "²"}) is None
+    assert retry_after_s({"Retry-After": "7"}) == 7.0
 
 
 async def _small_failure(request: Request) -> Response:

@@ -23,7 +23,7 @@ from gym_failures.failure_kinds import (
 )
 from gym_failures.failure_transport import ModelOperationObservation, RequestFailureLog
 from gym_failures.failures import HttpDetails, ModelFailure
-from tests.test_client import TLS, closed_port, serving
+from tests.client.servers import TLS, closed_port, serving
 
 URL = "http://model.test/v1/responses"
 

@@ -1,0 +1,72 @@
+"""Caller side: rebuild the failure another Gym server replied with, map transport errors, retry model calls.
+
+Works with an aiohttp `ClientResponse` and an httpx `Response` (extras `gym-failures[aiohttp]`,
+`gym-failures[httpx]`). Importing this package imports neither library: each one's module here is
+imported on the first reply or error of that library the helpers see.
+
+- `raise_boundary_failure(response, boundary=...)` observes the reply's report into the current request
+  log (success or failure) and, on a non-2xx reply, raises the rebuilt remote failure (same event id,
+  kind, boundary, stage and causes) with the HTTP exchange kept apart in `failure.http_details`. A
+  failed reply without a report raises a failure built from the caller's own evidence: the status is
+  recorded as `http_status`, never turned into a kind (classification projects it when reporting).
+- `raise_for_status(response)` is the compatibility path: on a 4xx/5xx it raises what the library's
+  own `raise_for_status` would (`aiohttp.ClientResponseError`, `httpx.HTTPStatusError`; precisely
+  their subclasses `GymClientResponseError`, `GymHTTPStatusError`), so existing `except` blocks keep
+  working, carrying `.failure` and `.content`.
+- `map_transport_errors(boundary, ...)` turns connection, reset, timeout and DNS errors into Gym
+  failures of the transport kinds, raised `from` the original exception.
+- `retry_model_call(call, ...)` runs a model call with finite attempts and a total time budget,
+  recording each failed attempt (`observe_failure`) and the terminal outcome (`observe_model_operation`).
+
+Outside a Gym server request there is no log to observe into; a caller that wants the observations
+(collection does) opens one with `RequestFailureLog.capture()`.
+
+Where things live::
+
+    client/__init__.py    the public names; the two library error types load on first use
+    client/_reply.py      reply decoding: raise_boundary_failure, raise_for_status, body, Retry-After
+    client/_transport.py  map_transport_errors: the table from an error's type to (kind, delivery)
+    client/_retry.py      retry_model_call: attempts, time budget, backoff, what may be replayed
+    client/_libraries.py  what a library's module provides; which library an object comes from
+    client/_aiohttp.py    aiohttp: reply facts, bounded body read, GymClientResponseError, its errors
+    client/_httpx.py      httpx: reply facts, bounded body read, GymHTTPStatusError, its errors
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from gym_failures.client._reply import DEFAULT_KIND_BY_BOUNDARY, raise_boundary_failure, raise_for_status
+from gym_failures.client._retry import retry_model_call
+from gym_failures.client._transport import map_transport_errors
+
+if TYPE_CHECKING:
+    from gym_failures.client._aiohttp import GymClientResponseError as GymClientResponseError
+    from gym_failures.client._httpx import GymHTTPStatusError as GymHTTPStatusError
+
+# The library error types are left out: each exists only with its extra installed, and `import *`
+# must not fail without it. They are reached by name, through `__getattr__`.
+__all__ = [
+    "DEFAULT_KIND_BY_BOUNDARY",
+    "map_transport_errors",
+    "raise_boundary_failure",
+    "raise_for_status",
+    "retry_model_call",
+]
+
+_LAZY = {
+    "GymClientResponseError": "gym_failures.client._aiohttp",
+    "GymHTTPStatusError": "gym_failures.client._httpx",
+}
+
+
+def __getattr__(name: str) -> object:
+    # PEP 562: a library's module costs that library's import (aiohttp about 70 ms, httpx about 30 ms),
+    # so it is loaded on first use; without the library installed, its ModuleNotFoundError names what
+    # is missing. The type is not stored in this namespace: it would be a class of this module's own
+    # (`__module__`) left out of `__all__` on purpose, which `tests/test_exported_members.py` refuses.
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value: object = getattr(importlib.import_module(_LAZY[name]), name)
+    return value

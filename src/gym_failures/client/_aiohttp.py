@@ -1,0 +1,83 @@
+"""aiohttp's replies and errors, imported on the first aiohttp object the client helpers see."""
+
+from __future__ import annotations
+
+import aiohttp
+
+from gym_failures.client._libraries import HttpLibrary, Reply, TransportRule
+from gym_failures.failure_kinds import TRANSPORT_PEER_DROP, TRANSPORT_TIMEOUT, TRANSPORT_UNREACHABLE
+from gym_failures.failures import NgFailureEvent
+
+__all__ = ["LIBRARY", "GymClientResponseError"]
+
+
+class GymClientResponseError(aiohttp.ClientResponseError):
+    """`aiohttp.ClientResponseError` carrying the rebuilt Gym failure and the reply's content."""
+
+    # Its public home, where `__getattr__` serves it: the type name a failure records for it
+    # (`exception_type`) and a traceback shows stays what it was before the package split.
+    __module__ = "gym_failures.client"
+
+    def __init__(self, response: aiohttp.ClientResponse, failure: NgFailureEvent, content: bytes):
+        super().__init__(
+            response.request_info,
+            response.history,
+            status=response.status,
+            message=response.reason or "",
+            headers=response.headers,
+        )
+        self.failure = failure
+        self.content = content
+
+    def __str__(self) -> str:
+        # aiohttp's own text repeats the URL with its query string, which can carry a token.
+        url = self.failure.http_details.url if self.failure.http_details else ""
+        return f"{self.status}, message={self.message!r}, url={url!r}, failure={self.failure}"
+
+    def __repr__(self) -> str:
+        return f"<GymClientResponseError {self}>"
+
+
+def _reply(response: aiohttp.ClientResponse) -> Reply:
+    return Reply(response.status, response.headers, response.method, str(response.url))
+
+
+async def _read_body(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    # aiohttp keeps a body read by `read()` in `_body`, and has no public way to ask for it or to hand
+    # it one: the private attribute is the cache `read()` itself uses.
+    body: bytes | None = getattr(response, "_body", None)
+    if body is not None:
+        return body[:limit]
+    length = response.content_length
+    if length is not None and length <= limit:
+        return await response.read()
+    chunks = bytearray()
+    while len(chunks) <= limit:
+        chunk = await response.content.read(limit + 1 - len(chunks))
+        if not chunk:
+            response._body = bytes(chunks)  # the whole body: keep it readable
+            return bytes(chunks)
+        chunks += chunk
+    return bytes(chunks[:limit])
+
+
+# A connector error whose errno says this host ran out of descriptors or ports is caught before this
+# table, by errno, whichever library raised it (`ClientConnectorError.errno` is its `os_error`'s).
+TRANSPORT_ERRORS = (
+    TransportRule(aiohttp.ClientConnectorError, TRANSPORT_UNREACHABLE, "not_sent"),
+    TransportRule(aiohttp.ConnectionTimeoutError, TRANSPORT_TIMEOUT, "not_sent"),
+    TransportRule(aiohttp.ServerTimeoutError, TRANSPORT_TIMEOUT, "unknown"),
+    TransportRule(
+        (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError),
+        TRANSPORT_PEER_DROP,
+        "unknown",
+    ),
+)
+
+LIBRARY = HttpLibrary(
+    response_type=aiohttp.ClientResponse,
+    reply=_reply,
+    read_body=_read_body,
+    status_error=GymClientResponseError,
+    transport_errors=TRANSPORT_ERRORS,
+)

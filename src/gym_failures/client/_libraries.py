@@ -1,0 +1,82 @@
+"""What each HTTP library's module provides, and which library an object comes from.
+
+An object of aiohttp or httpx can exist only once its library is imported, so an object's own classes
+tell its library without importing anything; the library's module here (`_aiohttp`, `_httpx`) is
+imported on the first such object, and a caller that uses one library never pays for the other.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+from gym_failures.failures import NgFailureEvent
+
+__all__ = ["Delivery", "HttpLibrary", "Reply", "TransportRule", "library_of", "reply_library"]
+
+Delivery = Literal["not_sent", "unknown"]
+"""Whether a request that failed without a reply can have reached the peer (`HttpDetails.delivery`)."""
+
+
+class Reply(NamedTuple):
+    """What a failure needs of a reply, in any library."""
+
+    status: int
+    headers: Mapping[str, str]
+    method: str
+    url: str
+
+
+class TransportRule(NamedTuple):
+    """A row of the transport-error table: an error of `types` is a failure of `kind`, `delivery`."""
+
+    types: type[BaseException] | tuple[type[BaseException], ...]
+    kind: str
+    delivery: Delivery
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLibrary:
+    """One HTTP library's replies and errors, as its module in this package reads them."""
+
+    response_type: type[Any]
+    reply: Callable[[Any], Reply]
+    read_body: Callable[[Any, int], Awaitable[bytes]]
+    """The reply's body, at most the given number of bytes; a body within the bound stays readable."""
+    status_error: Callable[[Any, NgFailureEvent, bytes], Exception]
+    """The library's own HTTP status error for a failed reply, carrying the failure and the content."""
+    transport_errors: tuple[TransportRule, ...]
+    """The library's transport errors, most specific first: the first row that matches wins."""
+
+
+_MODULE_BY_LIBRARY = {"aiohttp": "gym_failures.client._aiohttp", "httpx": "gym_failures.client._httpx"}
+
+
+def library_of(obj: object) -> HttpLibrary | None:
+    """The library `obj` (a reply or an error) comes from, its module imported now; None for any other.
+
+    The whole class hierarchy is searched, so a subclass defined outside the library is still its own.
+    """
+    for cls in type(obj).__mro__:
+        module = _MODULE_BY_LIBRARY.get(cls.__module__.partition(".")[0])
+        if module is not None:
+            return _loaded(module)
+    return None
+
+
+@functools.cache
+def _loaded(module: str) -> HttpLibrary:
+    # Cached: every reply passes here, and `import_module` of a loaded module costs about 1 us.
+    library: HttpLibrary = importlib.import_module(module).LIBRARY
+    return library
+
+
+def reply_library(response: object) -> HttpLibrary:
+    """The library of `response`, which must be an aiohttp `ClientResponse` or an httpx `Response`."""
+    library = library_of(response)
+    if library is None or not isinstance(response, library.response_type):
+        raise TypeError(f"not an aiohttp or httpx response: {type(response).__name__}")
+    return library

@@ -1,0 +1,192 @@
+"""Reading a reply from another Gym server: observe its failure report and raise the failure it names.
+
+A failed reply's body is read up to 64 KiB (the whole body when the client already read it, cut) and
+kept as `.content` by `raise_for_status`; its excerpt is the first 512 characters, redacted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING
+
+from gym_failures._redact import redact, url_without_secrets
+from gym_failures.client._libraries import HttpLibrary, reply_library
+from gym_failures.failure_kinds import (
+    AGENT_REQUEST_FAILED,
+    COLLECTION_DISPATCH_FAILED,
+    ENVIRONMENT_SERVER_FAILED,
+    INFRASTRUCTURE_ERROR,
+    MODEL_REQUEST_ERROR,
+    PROVIDER_REQUEST_FAILED,
+    VERIFIER_ERROR,
+    FailureStage,
+)
+from gym_failures.failure_records import FailureBoundary, FailureReport
+from gym_failures.failure_transport import FailureHeader, observe_report
+from gym_failures.failures import HttpDetails, NgFailureEvent, failure_type_for, rebuild_failure
+
+if TYPE_CHECKING:
+    import aiohttp
+    import httpx
+
+    Response = aiohttp.ClientResponse | httpx.Response
+
+__all__ = [
+    "DEFAULT_KIND_BY_BOUNDARY",
+    "MAX_CONTENT",
+    "MAX_EXCERPT",
+    "raise_boundary_failure",
+    "raise_for_status",
+    "retry_after_s",
+]
+
+MAX_EXCERPT = 512
+MAX_CONTENT = 64 * 1024
+
+DEFAULT_KIND_BY_BOUNDARY: Mapping[FailureBoundary, str] = {
+    FailureBoundary.MODEL: MODEL_REQUEST_ERROR,
+    FailureBoundary.RESOURCES_SERVER: VERIFIER_ERROR,
+    FailureBoundary.SANDBOX: PROVIDER_REQUEST_FAILED,
+    FailureBoundary.AGENT: AGENT_REQUEST_FAILED,
+    FailureBoundary.ENVIRONMENT: ENVIRONMENT_SERVER_FAILED,
+    FailureBoundary.HARNESS: INFRASTRUCTURE_ERROR,
+    FailureBoundary.COLLECTION: COLLECTION_DISPATCH_FAILED,
+}
+"""The kind of a failure built from the caller's own evidence (a failed reply without a report),
+by the boundary called. `model_request_error` is HTTP-shaped: classification refines it by status."""
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """The wait a `Retry-After` header asks for, in seconds (delta-seconds or an HTTP date)."""
+    value = headers.get("Retry-After")
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():  # "²".isdigit() is true too
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+async def _content(library: HttpLibrary, response: object) -> bytes:
+    """The reply's body, at most `MAX_CONTENT` bytes: a failed reply's body is evidence, not data, and
+    a peer can send one without end."""
+    try:
+        return await library.read_body(response, MAX_CONTENT)
+    except Exception:  # the body broke off: the status is still the evidence
+        return b""
+
+
+async def _failure_for(
+    library: HttpLibrary,
+    response: object,
+    *,
+    boundary: FailureBoundary | str,
+    failure_kind: str | None,
+    stage: FailureStage | None,
+    operation: str | None,
+    operation_id: str | None,
+    attempt_id: str | None,
+    report: FailureReport | None,
+) -> tuple[NgFailureEvent, bytes]:
+    """The failure a failed reply names (rebuilt from its report, or else from the caller's own
+    evidence, as the class of `boundary`), with the HTTP exchange apart in `http_details`."""
+    status, headers, method, url = library.reply(response)
+    content = await _content(library, response)
+    safe_url = url_without_secrets(url)
+    excerpt = redact(content[: 4 * MAX_EXCERPT].decode("utf-8", "replace"))[:MAX_EXCERPT]
+    details = HttpDetails(
+        method=method,
+        url=safe_url,
+        status=status,
+        body_excerpt=excerpt,
+        retry_after_s=retry_after_s(headers),
+        delivery="answered",
+    )
+    failure = rebuild_failure(report) if report is not None else None
+    if failure is None:
+        called = FailureBoundary(boundary)
+        # The class of the boundary called, as `rebuild_failure` picks it, so `except ModelFailure`
+        # catches a model server's failure whether or not its reply had a report.
+        failure = failure_type_for(called)(
+            boundary=called,
+            failure_kind=failure_kind or DEFAULT_KIND_BY_BOUNDARY[called],
+            failure_reason=f"{method} {safe_url} answered {status} without a failure report",
+            http_status=status if 100 <= status <= 599 else None,
+            stage=stage,
+            operation=operation,
+            operation_id=operation_id,
+            attempt_id=attempt_id,
+        )
+    failure.http_details = details
+    return failure, content
+
+
+async def raise_boundary_failure(
+    response: Response,
+    *,
+    boundary: FailureBoundary | str = FailureBoundary.AGENT,
+    failure_kind: str | None = None,
+    stage: FailureStage | None = None,
+    operation: str | None = None,
+    operation_id: str | None = None,
+    attempt_id: str | None = None,
+) -> None:
+    """Observe `response`'s report; on a non-2xx reply raise the remote failure it names.
+
+    `boundary` is the boundary called (a model server: `"model"`); with `failure_kind`, `stage`,
+    `operation`, `operation_id` and `attempt_id` it describes the caller's own failure, raised when the
+    reply carries no report.
+    """
+    library = reply_library(response)
+    status, headers, _, _ = library.reply(response)
+    report = FailureHeader.decode(headers)
+    observe_report(report)
+    if 200 <= status < 300:
+        return
+    failure, _ = await _failure_for(
+        library,
+        response,
+        boundary=boundary,
+        failure_kind=failure_kind,
+        stage=stage,
+        operation=operation,
+        operation_id=operation_id,
+        attempt_id=attempt_id,
+        report=report,
+    )
+    raise failure
+
+
+async def raise_for_status(
+    response: Response,
+    *,
+    boundary: FailureBoundary | str = FailureBoundary.AGENT,
+    failure_kind: str | None = None,
+    stage: FailureStage | None = None,
+) -> None:
+    """Observe `response`'s report; on a 4xx/5xx raise the library's own HTTP error type, carrying the
+    rebuilt failure (`.failure`, also its `__cause__`) and the reply's content (`.content`)."""
+    library = reply_library(response)
+    status, headers, _, _ = library.reply(response)
+    report = FailureHeader.decode(headers)
+    observe_report(report)
+    if status < 400:
+        return
+    failure, content = await _failure_for(
+        library,
+        response,
+        boundary=boundary,
+        failure_kind=failure_kind,
+        stage=stage,
+        operation=None,
+        operation_id=None,
+        attempt_id=None,
+        report=report,
+    )
+    raise library.status_error(response, failure, content) from failure

@@ -1,0 +1,96 @@
+"""Transport errors as Gym failures: a table from an error's type to a failure kind and delivery state.
+
+The table is read top to bottom and the first row that matches wins: an errno that says this host ran
+out of a resource, then the rows of the error's own HTTP library (`_aiohttp.TRANSPORT_ERRORS`,
+`_httpx.TRANSPORT_ERRORS`), then the builtin errors any library or a raw socket raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+from collections.abc import Iterator
+
+from gym_failures._redact import url_without_secrets
+from gym_failures.client._libraries import Delivery, TransportRule, library_of
+from gym_failures.failure_kinds import (
+    TRANSPORT_LOCAL_RESOURCE,
+    TRANSPORT_PEER_DROP,
+    TRANSPORT_TIMEOUT,
+    TRANSPORT_UNREACHABLE,
+    FailureStage,
+)
+from gym_failures.failure_records import FailureBoundary
+from gym_failures.failures import HttpDetails, NgFailureEvent, exception_type_name, failure_type_for
+
+__all__ = ["BUILTIN_TRANSPORT_ERRORS", "LOCAL_RESOURCE_ERRNOS", "map_transport_errors", "transport_kind"]
+
+LOCAL_RESOURCE_ERRNOS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EADDRNOTAVAIL}
+)
+"""Errnos that mean this host, not the peer, failed: the request was never sent."""
+
+# Last, so a library's subclass of these (aiohttp's `ServerTimeoutError` is a `TimeoutError`) takes
+# its library's row.
+BUILTIN_TRANSPORT_ERRORS = (
+    TransportRule(TimeoutError, TRANSPORT_TIMEOUT, "unknown"),
+    TransportRule(ConnectionRefusedError, TRANSPORT_UNREACHABLE, "not_sent"),
+    TransportRule(ConnectionError, TRANSPORT_PEER_DROP, "unknown"),
+)
+
+
+def transport_kind(error: BaseException) -> tuple[str, Delivery] | None:
+    """(kind, delivery) for a transport error, or None for anything else."""
+    if isinstance(error, OSError) and error.errno in LOCAL_RESOURCE_ERRNOS:
+        return TRANSPORT_LOCAL_RESOURCE, "not_sent"
+    library = library_of(error)
+    library_rules = () if library is None else library.transport_errors
+    for rule in (*library_rules, *BUILTIN_TRANSPORT_ERRORS):
+        if isinstance(error, rule.types):
+            return rule.kind, rule.delivery
+    return None
+
+
+@contextlib.contextmanager
+def map_transport_errors(
+    boundary: FailureBoundary | str,
+    *,
+    method: str = "",
+    url: str = "",
+    stage: FailureStage | None = None,
+    operation: str | None = None,
+    operation_id: str | None = None,
+    attempt_id: str | None = None,
+) -> Iterator[None]:
+    """Raise a transport error inside the block as a Gym failure of `boundary`, `from` the error.
+
+    The reason names the error's type, its errno and the URL without secrets; it never quotes the
+    error's text, which can repeat the request.
+    """
+    try:
+        yield
+    except NgFailureEvent:
+        raise
+    except Exception as error:
+        mapped = transport_kind(error)
+        if mapped is None:
+            raise
+        kind, delivery = mapped
+        safe_url = url_without_secrets(url)
+        code = getattr(error, "errno", None)
+        cause = exception_type_name(error) + (
+            f" [{errno.errorcode.get(code, code)}]" if isinstance(code, int) else ""
+        )
+        target = f"{method} {safe_url}".strip()
+        failure = failure_type_for(boundary)(
+            boundary=boundary,
+            failure_kind=kind,
+            failure_reason=f"{target}: {cause}" if target else cause,
+            stage=stage,
+            operation=operation,
+            operation_id=operation_id,
+            attempt_id=attempt_id,
+            exception_type=exception_type_name(error),
+        )
+        failure.http_details = HttpDetails(method=method, url=safe_url, delivery=delivery)
+        raise failure from error

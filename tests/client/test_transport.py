@@ -1,0 +1,159 @@
+"""Tests for mapping transport errors to Gym failures, against a real server and closed ports, and
+row by row through the table."""
+
+from __future__ import annotations
+
+import errno
+
+import aiohttp
+import httpx
+import pytest
+
+from gym_failures.client import map_transport_errors
+from gym_failures.failure_kinds import (
+    MODEL_SERVER_ERROR,
+    TRANSPORT_LOCAL_RESOURCE,
+    TRANSPORT_PEER_DROP,
+    TRANSPORT_TIMEOUT,
+    TRANSPORT_UNREACHABLE,
+)
+from gym_failures.failures import ModelFailure, NgFailureEvent
+from tests.client.servers import QUERY_SECRET, ClientName, closed_port, get
+
+URL = "http://model.test/v1/responses"
+
+
+async def fetch_mapped(client: ClientName, url: str, *, read_timeout: float) -> None:
+    with map_transport_errors("model", method="GET", url=url):
+        async with get(client, url, read_timeout=read_timeout) as response:
+            if isinstance(response, aiohttp.ClientResponse):
+                await response.read()
+
+
+async def transport_failure(client: ClientName, url: str, *, read_timeout: float = 10.0) -> NgFailureEvent:
+    with pytest.raises(NgFailureEvent) as raised:
+        await fetch_mapped(client, url, read_timeout=read_timeout)
+    return raised.value
+
+
+ORIGINAL_ERRORS: dict[tuple[ClientName, str], type[Exception]] = {
+    ("aiohttp", "refused"): aiohttp.ClientConnectorError,
+    ("httpx", "refused"): httpx.ConnectError,
+    ("aiohttp", "drop"): aiohttp.ClientPayloadError,
+    ("httpx", "drop"): httpx.RemoteProtocolError,
+    ("aiohttp", "timeout"): aiohttp.ServerTimeoutError,
+    ("httpx", "timeout"): httpx.ReadTimeout,
+    ("aiohttp", "dns"): aiohttp.ClientConnectorError,
+    ("httpx", "dns"): httpx.ConnectError,
+}
+
+
+def assert_mapped(failure: NgFailureEvent, kind: str, delivery: str, original: type[Exception]) -> None:
+    assert failure.failure_kind == kind
+    assert type(failure) is ModelFailure
+    assert failure.http_details is not None
+    assert failure.http_details.delivery == delivery
+    assert isinstance(failure.__cause__, original)
+    assert failure.exception_type is not None
+    assert QUERY_SECRET not in failure.failure_reason
+    assert "?" not in failure.failure_reason
+
+
+async def test_connection_refused_is_transport_unreachable_not_sent(client: ClientName) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1/responses?key={QUERY_SECRET}"
+    failure = await transport_failure(client, url)
+
+    assert_mapped(failure, TRANSPORT_UNREACHABLE, "not_sent", ORIGINAL_ERRORS[client, "refused"])
+
+
+async def test_a_connection_closed_mid_reply_is_transport_peer_drop(
+    client: ClientName, base_url: str
+) -> None:
+    failure = await transport_failure(client, f"{base_url}/drop/x?key={QUERY_SECRET}")
+
+    assert_mapped(failure, TRANSPORT_PEER_DROP, "unknown", ORIGINAL_ERRORS[client, "drop"])
+
+
+async def test_a_read_timeout_is_transport_timeout(client: ClientName, base_url: str) -> None:
+    failure = await transport_failure(client, f"{base_url}/hang/x?key={QUERY_SECRET}", read_timeout=0.2)
+
+    assert_mapped(failure, TRANSPORT_TIMEOUT, "unknown", ORIGINAL_ERRORS[client, "timeout"])
+
+
+async def test_a_dns_failure_is_transport_unreachable(client: ClientName) -> None:
+    failure = await transport_failure(client, f"http://gym-failures-test.invalid/v1?key={QUERY_SECRET}")
+
+    assert_mapped(failure, TRANSPORT_UNREACHABLE, "not_sent", ORIGINAL_ERRORS[client, "dns"])
+
+
+async def test_map_transport_errors_passes_other_exceptions_and_gym_failures_through() -> None:
+    failure = ModelFailure(failure_kind=MODEL_SERVER_ERROR)
+    with pytest.raises(ModelFailure) as raised, map_transport_errors("model"):
+        raise failure
+    assert raised.value is failure
+    with pytest.raises(KeyError), map_transport_errors("model"):
+        raise KeyError("not transport")
+
+
+# --- The table, row by row ----------------------------------------------------------------------
+
+
+class ReadTimeoutOfOurOwn(httpx.ReadTimeout):
+    """A subclass defined outside httpx: still httpx's, by its class hierarchy."""
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "delivery"),
+    [
+        (OSError(errno.EMFILE, "too many open files"), TRANSPORT_LOCAL_RESOURCE, "not_sent"),
+        (aiohttp.ClientOSError(errno.EADDRNOTAVAIL, "no port"), TRANSPORT_LOCAL_RESOURCE, "not_sent"),
+        (httpx.ConnectTimeout("connect"), TRANSPORT_TIMEOUT, "not_sent"),
+        (httpx.PoolTimeout("pool"), TRANSPORT_TIMEOUT, "not_sent"),
+        (httpx.ReadTimeout("read"), TRANSPORT_TIMEOUT, "unknown"),
+        (ReadTimeoutOfOurOwn("read"), TRANSPORT_TIMEOUT, "unknown"),
+        (httpx.ConnectError("refused"), TRANSPORT_UNREACHABLE, "not_sent"),
+        (httpx.RemoteProtocolError("closed"), TRANSPORT_PEER_DROP, "unknown"),
+        (httpx.WriteError("broken"), TRANSPORT_PEER_DROP, "unknown"),
+        (aiohttp.ConnectionTimeoutError(), TRANSPORT_TIMEOUT, "not_sent"),
+        (aiohttp.ServerTimeoutError(), TRANSPORT_TIMEOUT, "unknown"),
+        (aiohttp.ServerDisconnectedError(), TRANSPORT_PEER_DROP, "unknown"),
+        (aiohttp.ClientOSError(), TRANSPORT_PEER_DROP, "unknown"),
+        (TimeoutError(), TRANSPORT_TIMEOUT, "unknown"),
+        (ConnectionRefusedError(), TRANSPORT_UNREACHABLE, "not_sent"),
+        (ConnectionResetError(), TRANSPORT_PEER_DROP, "unknown"),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else str(value),
+)
+def test_each_transport_error_maps_to_its_kind_and_delivery(
+    error: Exception, kind: str, delivery: str
+) -> None:
+    with pytest.raises(ModelFailure) as raised, map_transport_errors("model", method="GET", url=URL):
+        raise error
+
+    assert raised.value.failure_kind == kind
+    assert raised.value.http_details is not None
+    assert raised.value.http_details.delivery == delivery
+    assert raised.value.__cause__ is error
+
+
+def test_the_reason_names_the_errno_not_the_error_text() -> None:
+    with pytest.raises(ModelFailure) as raised, map_transport_errors("model", method="GET", url=URL):
+        raise OSError(errno.EMFILE, f"too many open files for {URL}?key={QUERY_SECRET}")
+
+    assert raised.value.failure_reason == f"GET {URL}: OSError [EMFILE]"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        httpx.LocalProtocolError("bad header"),
+        httpx.UnsupportedProtocol("ftp"),
+        aiohttp.ClientError(),
+        OSError(),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_an_error_of_a_library_that_is_no_transport_error_passes_through(error: Exception) -> None:
+    with pytest.raises(type(error)) as raised, map_transport_errors("model"):
+        raise error
+    assert raised.value is error
