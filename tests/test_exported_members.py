@@ -16,6 +16,7 @@ MODULES = [
     "gym_failures.failure_transport",
     "gym_failures.failures",
     "gym_failures.gate",
+    "gym_failures.rows",
 ]
 
 

@@ -31,9 +31,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from gym_failures.collection._rows import normalized
 from gym_failures.failure_records import FailureEvent, FailureReport
 from gym_failures.failure_transport import FailureReportRow
+from gym_failures.rows import normalized
 
 __all__ = ["EventNode", "RowExplanation", "explain_row", "line_row", "rollout_rows"]
 

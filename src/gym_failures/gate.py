@@ -71,7 +71,6 @@ from typing import Any, Literal, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from gym_failures.collection._rows import JsonlScan, manifest_expected_rollouts, normalized, read_rows
 from gym_failures.failure_kinds import (
     EMPTY_ANSWER,
     GRADING_WITHOUT_VERDICT,
@@ -83,6 +82,7 @@ from gym_failures.failure_kinds import (
     classify_failure,
 )
 from gym_failures.failure_transport import FailureReportRow
+from gym_failures.rows import JsonlScan, manifest_expected_rollouts, normalized, read_rows
 
 __all__ = [
     "DEFAULT_RULES",

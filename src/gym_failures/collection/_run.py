@@ -62,6 +62,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -75,8 +76,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gym_failures._redact import url_without_secrets
 from gym_failures.client import map_transport_errors, raise_boundary_failure
-from gym_failures.collection._rows import (
-    LOGGER,
+from gym_failures.failure_kinds import (
+    COLLECTION_DISPATCH_FAILED,
+    COLLECTION_RESUME_REFUSED,
+    ENVIRONMENT_PROTOCOL_VIOLATION,
+)
+from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureReport
+from gym_failures.failure_transport import FailureReportRow, RequestFailureLog
+from gym_failures.failures import CollectionFailure, NgFailureEvent, exception_type_name
+from gym_failures.rows import (
     JsonlScan,
     RowWriter,
     TaskScan,
@@ -87,14 +95,8 @@ from gym_failures.collection._rows import (
     repair_torn_tail,
     rollout_id,
 )
-from gym_failures.failure_kinds import (
-    COLLECTION_DISPATCH_FAILED,
-    COLLECTION_RESUME_REFUSED,
-    ENVIRONMENT_PROTOCOL_VIOLATION,
-)
-from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureReport
-from gym_failures.failure_transport import FailureReportRow, RequestFailureLog
-from gym_failures.failures import CollectionFailure, NgFailureEvent, exception_type_name
+
+LOGGER = logging.getLogger("gym_failures.collection")
 
 MANIFEST_VERSION = 2
 _IDENTITY = ("input_sha256", "num_repeats")

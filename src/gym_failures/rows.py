@@ -1,4 +1,7 @@
-"""Rollout rows: the row contract, append-only JSONL writing, and tolerant reading.
+"""Saved rollout rows: the row contract, append-only JSONL writing, tolerant reading, run manifests.
+
+Collection (`gym_failures.collection`) writes these rows; the gate (`gym_failures.gate`) and the
+reporting tools (`gym_failures.reporting`) read them, each through this module.
 
 Row contract (one JSON object a line; every row has these keys):
 
@@ -26,10 +29,13 @@ in a row (a result's field, say) is written as `null`, and its text (`"NaN"`, `"
 `"-Infinity"`) is kept under `_ng_nonfinite`, keyed by the value's JSON pointer in the row (RFC 6901,
 such as `/result/reward`). A reader that does not know the key still reads a valid row, and nothing is
 silently turned into a number. (The collector itself refuses a reply whose reward is not finite; see
-`gym_failures.collection._run`.)
+`gym_failures.collection`.)
 
 Earlier NeMo Gym runs saved failures in a sidecar form, `_ng_failure_class` (the failure's label) and
 `_ng_failure_terminal`; `normalized` reads such a row as a failure row (final when terminal).
+
+Each run's manifest, `<output>.manifest.json` beside `<output>.jsonl` and `<output>_failures.jsonl`
+(`manifest_path`, `failures_path`), records what the run expected (`manifest_expected_rollouts`).
 """
 
 from __future__ import annotations
@@ -43,7 +49,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-LOGGER = logging.getLogger("gym_failures.collection")
+__all__ = [
+    "FAILURES_SUFFIX",
+    "LEGACY_CLASS",
+    "LEGACY_TERMINAL",
+    "MANIFEST_SUFFIX",
+    "NONFINITE",
+    "JsonlScan",
+    "RowWriter",
+    "TaskScan",
+    "failures_path",
+    "manifest_expected_rollouts",
+    "manifest_path",
+    "normalized",
+    "read_rows",
+    "read_tasks",
+    "repair_torn_tail",
+    "rollout_id",
+]
+
+# The collection package read and wrote rows before they had a module of their own: the logger keeps
+# its name so that logging configured for it still applies.
+_LOGGER = logging.getLogger("gym_failures.collection")
 
 LEGACY_CLASS = "_ng_failure_class"
 LEGACY_TERMINAL = "_ng_failure_terminal"
@@ -150,7 +177,7 @@ def read_rows(path: Path, scan: JsonlScan | None = None) -> Iterator[dict[str, A
         for number, line in enumerate(handle, start=1):
             if not line.endswith(b"\n"):
                 scan.torn_tail = line
-                LOGGER.warning("%s: torn last line (%d bytes) skipped", path, len(line))
+                _LOGGER.warning("%s: torn last line (%d bytes) skipped", path, len(line))
                 return
             try:
                 row = json.loads(line)
@@ -159,7 +186,7 @@ def read_rows(path: Path, scan: JsonlScan | None = None) -> Iterator[dict[str, A
             if not isinstance(row, dict):
                 if line.strip():
                     scan.invalid_lines.append(number)
-                    LOGGER.warning("%s:%d: not a JSON object, skipped", path, number)
+                    _LOGGER.warning("%s:%d: not a JSON object, skipped", path, number)
                 continue
             scan.rows += 1
             yield normalized(row)
@@ -196,7 +223,7 @@ def read_tasks(path: Path, scan: TaskScan | None = None) -> Iterator[tuple[int, 
                 task = None
             if not isinstance(task, dict):
                 scan.invalid_lines.append(number)
-                LOGGER.warning("%s:%d: a task line that is not a JSON object, skipped", path, number)
+                _LOGGER.warning("%s:%d: a task line that is not a JSON object, skipped", path, number)
                 continue
             scan.tasks += 1
             yield number, task
@@ -233,7 +260,7 @@ def repair_torn_tail(path: Path) -> bytes | None:
         with Path(f"{path}.torn").open("ab") as sidecar:
             sidecar.write(torn + b"\n")
         handle.truncate(cut)
-    LOGGER.warning("%s: cut a torn last line of %d bytes (kept in %s.torn)", path, len(torn), path)
+    _LOGGER.warning("%s: cut a torn last line of %d bytes (kept in %s.torn)", path, len(torn), path)
     return torn
 
 
@@ -270,7 +297,7 @@ def _encoded(row: Mapping[str, Any]) -> bytes:
             raise  # no number is at fault: a circular reference, a programming error
         previous = clean.get(NONFINITE)
         clean[NONFINITE] = {**previous, **found} if isinstance(previous, dict) else found
-        LOGGER.warning("a row held %d non-finite number(s), written as null: %s", len(found), sorted(found))
+        _LOGGER.warning("a row held %d non-finite number(s), written as null: %s", len(found), sorted(found))
         return (_dumps(clean) + "\n").encode()
 
 
