@@ -16,6 +16,9 @@ MODULES = [
     "gym_failures.failure_transport",
     "gym_failures.failures",
     "gym_failures.gate",
+    "gym_failures.reporting.explain",
+    "gym_failures.reporting.html",
+    "gym_failures.reporting.summary",
     "gym_failures.rows",
 ]
 

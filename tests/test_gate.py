@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gym_failures import gate
-from gym_failures._explain import explain_row
 from gym_failures.failure_kinds import (
     EMPTY_ANSWER,
     GRADING_WITHOUT_VERDICT,
@@ -36,6 +35,7 @@ from gym_failures.gate import (
     rollout_coverage,
     truncated_answer,
 )
+from gym_failures.reporting.explain import explain_row
 from tests.saved_rows import (
     chat_completion,
     context_limit,

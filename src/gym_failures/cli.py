@@ -38,11 +38,11 @@ from rich.text import Text
 from rich.tree import Tree
 
 from gym_failures import gate as acceptance
-from gym_failures._explain import EventNode, RowExplanation, line_row, rollout_rows
-from gym_failures._report_html import render_html
-from gym_failures._summary import GroupCount, Summary, input_files
-from gym_failures._summary import summarize as summarize_rows
 from gym_failures.failure_kinds import COLLECTION_RESUME_REFUSED, FailureClass
+from gym_failures.reporting.explain import EventNode, RowExplanation, line_row, rollout_rows
+from gym_failures.reporting.html import render_html
+from gym_failures.reporting.summary import GroupCount, Summary, input_files
+from gym_failures.reporting.summary import summarize as summarize_rows
 
 __all__ = ["app", "main"]
 

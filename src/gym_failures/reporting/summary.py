@@ -25,7 +25,7 @@ What is counted:
 - Anything else (a line that is not JSON, not an object, or an object that is neither kind) is counted
   as `other_rows` and never raises.
 - A file whose last line has no newline ends in a torn append (a collector killed mid-write); as in
-  `gym_failures.collection.read_rows`, that line is never counted as a row, even when it happens to be
+  `gym_failures.rows.read_rows`, that line is never counted as a row, even when it happens to be
   complete JSON. DuckDB cannot skip a byte range, so the torn line is read again from a scratch copy and
   subtracted (every count is a sum of a row weight, +1 or -1).
 - The most common reasons: the top `TOP_REASONS` (kind, reason) pairs by count, each reason cut to
