@@ -11,6 +11,7 @@ import pytest
 MODULES = [
     "gym_failures",
     "gym_failures.asgi",
+    "gym_failures.cli",
     "gym_failures.client",
     "gym_failures.collection",
     "gym_failures.failure_transport",
