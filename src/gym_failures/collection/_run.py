@@ -500,7 +500,7 @@ class Collector:
                     failure_reason=f"{target}: the reply could not be read ({type(error).__name__})",
                     exception_type=exception_type_name(error),
                 ) from error
-            return _episode_response(body, url)
+            return episode_response(body, url)
         except NgFailureEvent:
             raise
         except Exception as error:
@@ -534,7 +534,9 @@ async def _bounded_body(reply: aiohttp.ClientResponse, limit: int, target: str) 
     return bytes(body)
 
 
-def _episode_response(body: bytes, url: str) -> BaseEpisodeResponse:
+def episode_response(body: bytes, url: str) -> BaseEpisodeResponse:
+    """The agent's 2xx reply `body` as an episode response; a `CollectionFailure` when it is none, or
+    when its reward is not a finite number."""
     try:
         response = BaseEpisodeResponse.model_validate_json(body)
     except ValidationError as error:
