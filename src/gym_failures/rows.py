@@ -47,7 +47,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 __all__ = [
     "FAILURES_SUFFIX",
@@ -66,6 +66,7 @@ __all__ = [
     "read_tasks",
     "repair_torn_tail",
     "rollout_id",
+    "torn_tail",
 ]
 
 # The collection package read and wrote rows before they had a module of their own: the logger keeps
@@ -229,6 +230,34 @@ def read_tasks(path: Path, scan: TaskScan | None = None) -> Iterator[tuple[int, 
             yield number, task
 
 
+def _last_line_start(handle: BinaryIO, size: int) -> int:
+    """The offset just past the last newline of the `size`-byte file open in `handle`; 0 if it has none."""
+    # Walk back in bounded steps: a torn line can be long, the file longer.
+    position, step = size, 64 * 1024
+    while position > 0:
+        start = max(0, position - step)
+        handle.seek(start)
+        newline = handle.read(position - start).rfind(b"\n")
+        if newline != -1:
+            return start + newline + 1
+        position = start
+    return 0
+
+
+def torn_tail(path: Path) -> bytes | None:
+    """The bytes after `path`'s last newline when the file does not end in one: a torn append, never a
+    row. None for a file that ends in a newline or is empty. The file is only read."""
+    size = path.stat().st_size
+    if size == 0:
+        return None
+    with path.open("rb") as handle:
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return None
+        handle.seek(_last_line_start(handle, size))
+        return handle.read()
+
+
 def repair_torn_tail(path: Path) -> bytes | None:
     """Cut an unterminated last line off `path`, keeping it in `<path>.torn`; the cut bytes, if any.
 
@@ -239,20 +268,7 @@ def repair_torn_tail(path: Path) -> bytes | None:
         return None
     with path.open("rb+") as handle:
         size = handle.seek(0, os.SEEK_END)
-        # Walk back to the last newline in bounded steps; a torn line can be long.
-        position = size
-        step = 64 * 1024
-        while position > 0:
-            start = max(0, position - step)
-            handle.seek(start)
-            block = handle.read(position - start)
-            newline = block.rfind(b"\n")
-            if newline != -1:
-                cut = start + newline + 1
-                break
-            position = start
-        else:
-            cut = 0
+        cut = _last_line_start(handle, size)
         if cut == size:
             return None
         handle.seek(cut)

@@ -58,6 +58,7 @@ from gym_failures.failure_kinds import (
     classify_failure,
     quota_reset_text,
 )
+from gym_failures.rows import torn_tail
 
 __all__ = [
     "COLUMNS",
@@ -260,29 +261,6 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _torn_tail(path: Path) -> bytes | None:
-    """The bytes after `path`'s last newline, if the file does not end in one (read only)."""
-    size = path.stat().st_size
-    if size == 0:
-        return None
-    with path.open("rb") as handle:
-        handle.seek(size - 1)
-        if handle.read(1) == b"\n":
-            return None
-        # Walk back in bounded steps: a torn line can be long, the file longer.
-        position, step = size, 64 * 1024
-        while position > 0:
-            start = max(0, position - step)
-            handle.seek(start)
-            newline = handle.read(position - start).rfind(b"\n")
-            if newline != -1:
-                handle.seek(start + newline + 1)
-                return handle.read()
-            position = start
-        handle.seek(0)
-        return handle.read()
-
-
 def summarize(
     paths: Iterable[Path],
     *,
@@ -299,7 +277,7 @@ def summarize(
     with tempfile.TemporaryDirectory(prefix="gym-failures-") as scratch:
         torn_copies: list[Path] = []
         for path in files:
-            tail = _torn_tail(path)
+            tail = torn_tail(path)
             if tail is not None:
                 torn.append(TornTail(path=str(path), bytes=len(tail)))
                 copy = Path(scratch) / f"torn-{len(torn_copies)}.jsonl"
