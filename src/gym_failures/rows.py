@@ -18,6 +18,8 @@ A success row (in `<output>.jsonl`) adds `result` (the agent's result object) an
 from `result["reward"]`). A failure row (in `<output>_failures.jsonl`) adds `failure` (the
 `EpisodeFailure`), `final` (no attempt will follow) and `final_reason` (`terminal` or
 `attempt_budget_exhausted`, `null` while retries remain); it never has a `reward`.
+A row with neither `result` nor `failure` (a record a tool wrote beside the rollouts) is no outcome of
+any rollout (`is_rollout_row`): readers skip or count it apart.
 
 One row is one attempt, with one exception: a rollout whose recorded attempts already use up the
 attempt budget of a resumed run (its `max_attempts` was lowered) is closed without a dispatch, by a
@@ -59,6 +61,7 @@ __all__ = [
     "RowWriter",
     "TaskScan",
     "failures_path",
+    "is_rollout_row",
     "manifest_expected_rollouts",
     "manifest_path",
     "normalized",
@@ -106,6 +109,14 @@ def normalized(row: Mapping[str, Any]) -> dict[str, Any]:
         if type(task_index) is int and type(rollout_index) is int:
             result["rollout_id"] = rollout_id(task_index, rollout_index)
     return result
+
+
+def is_rollout_row(row: Mapping[str, Any]) -> bool:
+    """Whether `row` (normalized) records a rollout's attempt: it has a `result` or a `failure`.
+
+    A row with neither (a record a tool wrote beside the rollouts) is no outcome of any rollout.
+    """
+    return "failure" in row or "result" in row
 
 
 def manifest_path(output_path: Path) -> Path:

@@ -43,7 +43,7 @@ from gym_failures.failure_kinds import (
 )
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.gate._answers import DEFAULT_RULES, GateRule, derive_gate_kind, has_verdict
-from gym_failures.rows import JsonlScan, manifest_expected_rollouts, normalized, read_rows
+from gym_failures.rows import JsonlScan, is_rollout_row, manifest_expected_rollouts, normalized, read_rows
 
 _STAGES: frozenset[str] = frozenset(get_args(FailureStage))
 
@@ -176,7 +176,7 @@ def rollout_coverage(
     retried = other = 0
     for index, raw in enumerate(rows):
         row = normalized(raw)
-        if "failure" not in row and "result" not in row:
+        if not is_rollout_row(row):
             other += 1
             continue
         key = row.get("rollout_id")
