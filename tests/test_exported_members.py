@@ -11,11 +11,16 @@ import pytest
 MODULES = [
     "gym_failures",
     "gym_failures.asgi",
+    "gym_failures.cli",
     "gym_failures.client",
     "gym_failures.collection",
     "gym_failures.failure_transport",
     "gym_failures.failures",
     "gym_failures.gate",
+    "gym_failures.reporting.explain",
+    "gym_failures.reporting.html",
+    "gym_failures.reporting.summary",
+    "gym_failures.rows",
 ]
 
 

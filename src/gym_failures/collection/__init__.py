@@ -1,14 +1,14 @@
 """Collection: dispatch rollouts to an agent server and save each attempt's outcome beside its failure report.
 
-The collector needs the `aiohttp` extra; the row reader and writer do not, so `_run` is imported on
-first use of its names, and reading rows (the gate, the command line) works without aiohttp. See
-`gym_failures.collection._rows` for the row contract and `gym_failures.collection._run` for the
-protocol, retries and resume.
+The collector needs the `aiohttp` extra, so `_run` is imported on first use of its names. The rows it
+saves have a module of their own, `gym_failures.rows` (the row contract, reading and writing), which
+needs no aiohttp; its names are re-exported here as they were before it moved. See
+`gym_failures.collection._run` for the protocol, retries and resume.
 """
 
 from typing import TYPE_CHECKING, Any
 
-from gym_failures.collection._rows import (
+from gym_failures.rows import (
     LEGACY_CLASS,
     LEGACY_TERMINAL,
     NONFINITE,

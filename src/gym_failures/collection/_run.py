@@ -62,6 +62,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -75,8 +76,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gym_failures._redact import url_without_secrets
 from gym_failures.client import map_transport_errors, raise_boundary_failure
-from gym_failures.collection._rows import (
-    LOGGER,
+from gym_failures.failure_kinds import (
+    COLLECTION_DISPATCH_FAILED,
+    COLLECTION_RESUME_REFUSED,
+    ENVIRONMENT_PROTOCOL_VIOLATION,
+)
+from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureReport
+from gym_failures.failure_transport import FailureReportRow, RequestFailureLog
+from gym_failures.failures import CollectionFailure, NgFailureEvent, exception_type_name
+from gym_failures.rows import (
     JsonlScan,
     RowWriter,
     TaskScan,
@@ -87,14 +95,8 @@ from gym_failures.collection._rows import (
     repair_torn_tail,
     rollout_id,
 )
-from gym_failures.failure_kinds import (
-    COLLECTION_DISPATCH_FAILED,
-    COLLECTION_RESUME_REFUSED,
-    ENVIRONMENT_PROTOCOL_VIOLATION,
-)
-from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureReport
-from gym_failures.failure_transport import FailureReportRow, RequestFailureLog
-from gym_failures.failures import CollectionFailure, NgFailureEvent, exception_type_name
+
+LOGGER = logging.getLogger("gym_failures.collection")
 
 MANIFEST_VERSION = 2
 _IDENTITY = ("input_sha256", "num_repeats")
@@ -498,7 +500,7 @@ class Collector:
                     failure_reason=f"{target}: the reply could not be read ({type(error).__name__})",
                     exception_type=exception_type_name(error),
                 ) from error
-            return _episode_response(body, url)
+            return episode_response(body, url)
         except NgFailureEvent:
             raise
         except Exception as error:
@@ -532,7 +534,9 @@ async def _bounded_body(reply: aiohttp.ClientResponse, limit: int, target: str) 
     return bytes(body)
 
 
-def _episode_response(body: bytes, url: str) -> BaseEpisodeResponse:
+def episode_response(body: bytes, url: str) -> BaseEpisodeResponse:
+    """The agent's 2xx reply `body` as an episode response; a `CollectionFailure` when it is none, or
+    when its reward is not a finite number."""
     try:
         response = BaseEpisodeResponse.model_validate_json(body)
     except ValidationError as error:

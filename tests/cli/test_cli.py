@@ -31,7 +31,7 @@ from tests.saved_rows import (
     write_jsonl,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TORN = b'{"rollout_id": "9:0", "attem'
 
 

@@ -1,4 +1,7 @@
-"""Rollout rows: the row contract, append-only JSONL writing, and tolerant reading.
+"""Saved rollout rows: the row contract, append-only JSONL writing, tolerant reading, run manifests.
+
+Collection (`gym_failures.collection`) writes these rows; the gate (`gym_failures.gate`) and the
+reporting tools (`gym_failures.reporting`) read them, each through this module.
 
 Row contract (one JSON object a line; every row has these keys):
 
@@ -15,6 +18,8 @@ A success row (in `<output>.jsonl`) adds `result` (the agent's result object) an
 from `result["reward"]`). A failure row (in `<output>_failures.jsonl`) adds `failure` (the
 `EpisodeFailure`), `final` (no attempt will follow) and `final_reason` (`terminal` or
 `attempt_budget_exhausted`, `null` while retries remain); it never has a `reward`.
+A row with neither `result` nor `failure` (a record a tool wrote beside the rollouts) is no outcome of
+any rollout (`is_rollout_row`): readers skip or count it apart.
 
 One row is one attempt, with one exception: a rollout whose recorded attempts already use up the
 attempt budget of a resumed run (its `max_attempts` was lowered) is closed without a dispatch, by a
@@ -26,10 +31,13 @@ in a row (a result's field, say) is written as `null`, and its text (`"NaN"`, `"
 `"-Infinity"`) is kept under `_ng_nonfinite`, keyed by the value's JSON pointer in the row (RFC 6901,
 such as `/result/reward`). A reader that does not know the key still reads a valid row, and nothing is
 silently turned into a number. (The collector itself refuses a reply whose reward is not finite; see
-`gym_failures.collection._run`.)
+`gym_failures.collection`.)
 
 Earlier NeMo Gym runs saved failures in a sidecar form, `_ng_failure_class` (the failure's label) and
 `_ng_failure_terminal`; `normalized` reads such a row as a failure row (final when terminal).
+
+Each run's manifest, `<output>.manifest.json` beside `<output>.jsonl` and `<output>_failures.jsonl`
+(`manifest_path`, `failures_path`), records what the run expected (`manifest_expected_rollouts`).
 """
 
 from __future__ import annotations
@@ -41,9 +49,32 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-LOGGER = logging.getLogger("gym_failures.collection")
+__all__ = [
+    "FAILURES_SUFFIX",
+    "LEGACY_CLASS",
+    "LEGACY_TERMINAL",
+    "MANIFEST_SUFFIX",
+    "NONFINITE",
+    "JsonlScan",
+    "RowWriter",
+    "TaskScan",
+    "failures_path",
+    "is_rollout_row",
+    "manifest_expected_rollouts",
+    "manifest_path",
+    "normalized",
+    "read_rows",
+    "read_tasks",
+    "repair_torn_tail",
+    "rollout_id",
+    "torn_tail",
+]
+
+# The collection package read and wrote rows before they had a module of their own: the logger keeps
+# its name so that logging configured for it still applies.
+_LOGGER = logging.getLogger("gym_failures.collection")
 
 LEGACY_CLASS = "_ng_failure_class"
 LEGACY_TERMINAL = "_ng_failure_terminal"
@@ -78,6 +109,14 @@ def normalized(row: Mapping[str, Any]) -> dict[str, Any]:
         if type(task_index) is int and type(rollout_index) is int:
             result["rollout_id"] = rollout_id(task_index, rollout_index)
     return result
+
+
+def is_rollout_row(row: Mapping[str, Any]) -> bool:
+    """Whether `row` (normalized) records a rollout's attempt: it has a `result` or a `failure`.
+
+    A row with neither (a record a tool wrote beside the rollouts) is no outcome of any rollout.
+    """
+    return "failure" in row or "result" in row
 
 
 def manifest_path(output_path: Path) -> Path:
@@ -150,7 +189,7 @@ def read_rows(path: Path, scan: JsonlScan | None = None) -> Iterator[dict[str, A
         for number, line in enumerate(handle, start=1):
             if not line.endswith(b"\n"):
                 scan.torn_tail = line
-                LOGGER.warning("%s: torn last line (%d bytes) skipped", path, len(line))
+                _LOGGER.warning("%s: torn last line (%d bytes) skipped", path, len(line))
                 return
             try:
                 row = json.loads(line)
@@ -159,7 +198,7 @@ def read_rows(path: Path, scan: JsonlScan | None = None) -> Iterator[dict[str, A
             if not isinstance(row, dict):
                 if line.strip():
                     scan.invalid_lines.append(number)
-                    LOGGER.warning("%s:%d: not a JSON object, skipped", path, number)
+                    _LOGGER.warning("%s:%d: not a JSON object, skipped", path, number)
                 continue
             scan.rows += 1
             yield normalized(row)
@@ -196,10 +235,38 @@ def read_tasks(path: Path, scan: TaskScan | None = None) -> Iterator[tuple[int, 
                 task = None
             if not isinstance(task, dict):
                 scan.invalid_lines.append(number)
-                LOGGER.warning("%s:%d: a task line that is not a JSON object, skipped", path, number)
+                _LOGGER.warning("%s:%d: a task line that is not a JSON object, skipped", path, number)
                 continue
             scan.tasks += 1
             yield number, task
+
+
+def _last_line_start(handle: BinaryIO, size: int) -> int:
+    """The offset just past the last newline of the `size`-byte file open in `handle`; 0 if it has none."""
+    # Walk back in bounded steps: a torn line can be long, the file longer.
+    position, step = size, 64 * 1024
+    while position > 0:
+        start = max(0, position - step)
+        handle.seek(start)
+        newline = handle.read(position - start).rfind(b"\n")
+        if newline != -1:
+            return start + newline + 1
+        position = start
+    return 0
+
+
+def torn_tail(path: Path) -> bytes | None:
+    """The bytes after `path`'s last newline when the file does not end in one: a torn append, never a
+    row. None for a file that ends in a newline or is empty. The file is only read."""
+    size = path.stat().st_size
+    if size == 0:
+        return None
+    with path.open("rb") as handle:
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return None
+        handle.seek(_last_line_start(handle, size))
+        return handle.read()
 
 
 def repair_torn_tail(path: Path) -> bytes | None:
@@ -212,20 +279,7 @@ def repair_torn_tail(path: Path) -> bytes | None:
         return None
     with path.open("rb+") as handle:
         size = handle.seek(0, os.SEEK_END)
-        # Walk back to the last newline in bounded steps; a torn line can be long.
-        position = size
-        step = 64 * 1024
-        while position > 0:
-            start = max(0, position - step)
-            handle.seek(start)
-            block = handle.read(position - start)
-            newline = block.rfind(b"\n")
-            if newline != -1:
-                cut = start + newline + 1
-                break
-            position = start
-        else:
-            cut = 0
+        cut = _last_line_start(handle, size)
         if cut == size:
             return None
         handle.seek(cut)
@@ -233,7 +287,7 @@ def repair_torn_tail(path: Path) -> bytes | None:
         with Path(f"{path}.torn").open("ab") as sidecar:
             sidecar.write(torn + b"\n")
         handle.truncate(cut)
-    LOGGER.warning("%s: cut a torn last line of %d bytes (kept in %s.torn)", path, len(torn), path)
+    _LOGGER.warning("%s: cut a torn last line of %d bytes (kept in %s.torn)", path, len(torn), path)
     return torn
 
 
@@ -270,7 +324,7 @@ def _encoded(row: Mapping[str, Any]) -> bytes:
             raise  # no number is at fault: a circular reference, a programming error
         previous = clean.get(NONFINITE)
         clean[NONFINITE] = {**previous, **found} if isinstance(previous, dict) else found
-        LOGGER.warning("a row held %d non-finite number(s), written as null: %s", len(found), sorted(found))
+        _LOGGER.warning("a row held %d non-finite number(s), written as null: %s", len(found), sorted(found))
         return (_dumps(clean) + "\n").encode()
 
 

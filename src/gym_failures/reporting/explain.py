@@ -31,9 +31,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from gym_failures.collection._rows import normalized
 from gym_failures.failure_records import FailureEvent, FailureReport
 from gym_failures.failure_transport import FailureReportRow
+from gym_failures.rows import is_rollout_row, normalized
 
 __all__ = ["EventNode", "RowExplanation", "explain_row", "line_row", "rollout_rows"]
 
@@ -106,14 +106,10 @@ def _tree(report: FailureReport) -> tuple[EventNode | None, list[EventNode]]:
     return tree, observations
 
 
-def _is_rollout_row(row: Mapping[str, Any]) -> bool:
-    return "failure" in row or "result" in row
-
-
 def explain_row(row: Mapping[str, Any], path: str = "", line: int | None = None) -> RowExplanation:
     """The explanation of one saved row (any supported form)."""
     row = normalized(row)
-    if not _is_rollout_row(row):
+    if not is_rollout_row(row):
         rollout = row.get("rollout_id")
         return RowExplanation(
             path=path,
@@ -195,7 +191,7 @@ def rollout_rows(paths: Iterable[Path], rollout_id: str) -> list[RowExplanation]
             if row is None:
                 continue
             row = normalized(row)
-            if row.get("rollout_id") != rollout_id or not _is_rollout_row(row):
+            if row.get("rollout_id") != rollout_id or not is_rollout_row(row):
                 continue
             found.append(explain_row(row, str(path), number))
     return sorted(found, key=lambda item: (item.attempt or 0, item.outcome == "success"))

@@ -1,28 +1,12 @@
-"""The `gym-failures` command line: summarize, explain, gate and collect saved rollout rows; run the demo.
+"""The commands of `gym-failures`: their options, what each computes, and its exit status.
 
-Every command prints rich tables for people and, with `--json`, one JSON document for machines.
-Exit status: 0 on success (and when the gate passes), 1 when the gate fails or a requested row is not
-found, 2 for usage errors (a missing path, a bad option, a refused resume). No command raises on a
-torn or invalid line: such lines are skipped and counted.
-
-Text from the rows (kinds, boundaries, stages, reasons, ids) is data, never markup or terminal
-commands: every such value reaches rich as a `Text` (no `[bold]` or `[link=...]` in a reason is
-interpreted), with the terminal control characters (C0 but tab and newline, DEL, C1) stripped, so an
-escape sequence saved in a reason cannot reach the terminal. `--json` keeps every value as saved; its
-DEL and C1 characters are written as `\\u` escapes (the same JSON), so the document is safe to print too.
-
-Needs the `cli` extra (typer, rich, duckdb); `collect` also needs the `aiohttp` extra.
+What each prints is drawn by `gym_failures.cli._render`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
-import sys
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import fields
 from enum import StrEnum
 from pathlib import Path
@@ -31,20 +15,26 @@ from typing import Annotated, Any
 import duckdb
 import typer
 from pydantic import ValidationError
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
-from rich.table import Table
 from rich.text import Text
-from rich.tree import Tree
 
 from gym_failures import gate as acceptance
-from gym_failures._explain import EventNode, RowExplanation, line_row, rollout_rows
-from gym_failures._report_html import render_html
-from gym_failures._summary import GroupCount, Summary, input_files
-from gym_failures._summary import summarize as summarize_rows
-from gym_failures.failure_kinds import COLLECTION_RESUME_REFUSED, FailureClass
 
-__all__ = ["app", "main"]
+# Private aliases keep the demo command's body byte for byte while its options are rewritten
+# elsewhere; drop them with that rewrite.
+from gym_failures.cli._render import cell as _cell
+from gym_failures.cli._render import explanation_tree as _explanation_tree
+from gym_failures.cli._render import print_collection as _print_collection
+from gym_failures.cli._render import print_json as _print_json
+from gym_failures.cli._render import print_summary as _print_summary
+from gym_failures.cli._render import print_verdict as _print_verdict
+from gym_failures.cli._render import progress_bar as _progress_bar
+from gym_failures.cli._render import stderr as _stderr
+from gym_failures.cli._render import stdout as _stdout
+from gym_failures.failure_kinds import COLLECTION_RESUME_REFUSED
+from gym_failures.reporting.explain import line_row, rollout_rows
+from gym_failures.reporting.html import render_html
+from gym_failures.reporting.summary import input_files
+from gym_failures.reporting.summary import summarize as summarize_rows
 
 # Below this much input a summary takes about a second: a progress bar would only flicker.
 PROGRESS_MIN_BYTES = 50 * 1024 * 1024
@@ -68,69 +58,6 @@ PathsArgument = Annotated[
     ),
 ]
 
-_CLASS_STYLES = {"model": "blue", "evaluation": "red", "unknown": "yellow"}
-
-# Terminal control characters: C0 but tab and newline, DEL, and C1.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_C1 = re.compile("[\x7f-\x9f]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def main() -> None:
-    """The console script's entry point."""
-    app()
-
-
-def _console(stderr: bool = False) -> Console:
-    # Piped output is read by people later (CI logs, files): a fixed width keeps reasons and ids
-    # whole instead of cut to the 80 columns rich assumes without a terminal.
-    console = Console(stderr=stderr, highlight=False)
-    return console if console.is_terminal else Console(stderr=stderr, highlight=False, width=160)
-
-
-def _stdout() -> Console:
-    return _console()
-
-
-def _stderr() -> Console:
-    return _console(stderr=True)
-
-
-def _print_json(text: str) -> None:
-    # JSON escapes C0 itself; DEL and C1 may stand raw in a string, and some terminals act on C1.
-    # Outside strings they cannot occur in valid JSON, so escaping them keeps the same document.
-    sys.stdout.write(_C1.sub(lambda match: f"\\u{ord(match.group()):04x}", text) + "\n")
-
-
-def _clean(value: object) -> str:
-    """Text from a row for the terminal: `(none)` for None, terminal control characters stripped, a
-    lone surrogate (a row may hold "\ud800") replaced, since no terminal encoding can write it."""
-    text = _CONTROL.sub("", "(none)" if value is None else str(value))
-    return _SURROGATE.sub("\ufffd", text)
-
-
-def _cell(value: object, style: str = "") -> Text:
-    """A value from a row as plain text (never markup) without terminal control characters."""
-    return Text(_clean(value), style=style)
-
-
-@contextmanager
-def _progress_bar(enabled: bool, description: str) -> Iterator[Callable[[float, float], None] | None]:
-    """A progress callback (done, total) drawing a rich bar on stderr, or None when not `enabled` or
-    stderr is no terminal (a bar in a log file is noise)."""
-    console = _stderr()
-    if not enabled or not console.is_terminal:
-        yield None
-        return
-    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task(description, total=None)
-
-        def update(done: float, total: float) -> None:
-            progress.update(task, completed=done, total=total)
-
-        yield update
-
 
 def _usage_error(message: str) -> typer.Exit:
     _stderr().print(Text(f"Error: {message}", style="red"))
@@ -138,84 +65,6 @@ def _usage_error(message: str) -> typer.Exit:
 
 
 # --- summarize ---------------------------------------------------------------------------------
-
-
-def _group_table(title: str, groups: Sequence[GroupCount]) -> Table:
-    table = Table(title=f"Failures by {title}", title_justify="left")
-    table.add_column(title, overflow="fold")
-    for name in ("failure rows", "final", "share"):
-        table.add_column(name, justify="right")
-    for group in groups:
-        table.add_row(_cell(group.value), str(group.count), str(group.final), f"{group.share:.1%}")
-    return table
-
-
-def _print_summary(summary: Summary) -> None:
-    console = _stdout()
-    console.print(
-        Text(
-            f"{summary.rows} rows: {summary.success_rows} success rows "
-            f"({summary.recovered_success_rows} recovered from failures), {summary.failure_rows} "
-            f"failure rows ({summary.final_failure_rows} final), {summary.other_rows} other lines"
-        )
-    )
-    for torn in summary.torn_tails:
-        console.print(_cell(f"{torn.path}: torn last line ({torn.bytes} bytes) skipped", style="yellow"))
-    classes = Table(title="Failures by class", title_justify="left")
-    kinds = Table(title="Failures by kind", title_justify="left")
-    kinds.add_column("kind", overflow="fold")
-    for table in (classes, kinds):
-        table.add_column("class")
-        for name in ("failure rows", "final", "share"):
-            table.add_column(name, justify="right")
-    for group in summary.by_class:
-        name = _clean(group.value)
-        classes.add_row(
-            Text(name, style=_CLASS_STYLES.get(name, "")),
-            str(group.count),
-            str(group.final),
-            f"{group.share:.1%}",
-        )
-    for kind in summary.by_kind:
-        kinds.add_row(
-            _cell(kind.value),
-            _cell(kind.failure_class, style=_CLASS_STYLES.get(kind.failure_class, "")),
-            str(kind.count),
-            str(kind.final),
-            f"{kind.share:.1%}",
-        )
-    console.print(classes, kinds)
-    for title, groups in (
-        ("boundary", summary.by_boundary),
-        ("stage", summary.by_stage),
-        ("HTTP status", summary.by_http_status),
-    ):
-        console.print(_group_table(title, groups))
-    attempts = Table(title="Failures by attempt", title_justify="left")
-    attempts.add_column("attempt", justify="right")
-    for name in ("failure rows", "final", *(cls.value for cls in FailureClass)):
-        attempts.add_column(name, justify="right")
-    for item in summary.by_attempt:
-        attempts.add_row(
-            str(item.attempt),
-            str(item.count),
-            str(item.final),
-            *(str(item.by_class.get(cls.value, 0)) for cls in FailureClass),
-        )
-    reasons = Table(title="Most common reasons", title_justify="left")
-    reasons.add_column("count", justify="right")
-    reasons.add_column("kind")
-    reasons.add_column("reason", overflow="fold")
-    for reason in summary.top_reasons:
-        reasons.add_row(str(reason.count), _cell(reason.kind), _cell(reason.reason))
-    console.print(attempts, reasons)
-    if summary.quota_resets:
-        resets = Table(title="Quota reset times", title_justify="left")
-        resets.add_column("resets at")
-        resets.add_column("quota events", justify="right")
-        for reset in summary.quota_resets:
-            resets.add_row(_cell(reset.resets_at), str(reset.events))
-        console.print(resets)
 
 
 @app.command()
@@ -248,75 +97,6 @@ def summarize(
 
 
 # --- explain -----------------------------------------------------------------------------------
-
-
-def _event_label(node: EventNode, prefix: str) -> Text:
-    event = node.event
-    label = Text(prefix)
-    label.append(f"[{_clean(event.get('boundary', '?'))}] ", style="cyan")
-    label.append(_clean(event.get("failure_kind", "?")), style="bold")
-    for name, key in (("stage", "stage"), ("http", "http_status"), ("operation", "operation")):
-        if key in event:
-            label.append(f"  {name}={_clean(event[key])}")
-    label.append(f"  id={_clean(event.get('event_id'))}", style="dim")
-    if event.get("failure_reason"):
-        label.append(f"\n{_clean(event['failure_reason'])}", style="italic")
-    foreign = event.get("foreign_error")
-    if isinstance(foreign, dict):
-        label.append(f"\nforeign error: {_clean(foreign.get('exception_type'))}", style="dim")
-    return label
-
-
-def _add_chain(tree: Tree, node: EventNode, prefix: str) -> None:
-    branch = tree.add(_event_label(node, prefix))
-    if node.cause is not None:
-        _add_chain(branch, node.cause, "caused by ")
-    elif node.cause_shown_above is not None:
-        branch.add(_cell(f"caused by {node.cause_shown_above} (shown above)", style="dim"))
-    elif node.causes_may_be_omitted:
-        branch.add(Text("[omitted] causes may have been lost on the way", style="yellow"))
-
-
-def _explanation_tree(explanation: RowExplanation) -> Tree:
-    where = f"{explanation.path}:{explanation.line}" if explanation.line is not None else explanation.path
-    title = Text(f"{_clean(where)}  ", style="dim")
-    if explanation.outcome in ("invalid", "torn", "other"):
-        title.append(f"{explanation.outcome} line: {_clean(explanation.problem)}", style="yellow")
-        return Tree(title)
-    title.append(f"rollout {_clean(explanation.rollout_id or '(unknown)')}", style="bold")
-    title.append(f" · attempt {explanation.attempt if explanation.attempt is not None else '?'} · ")
-    if explanation.outcome == "success":
-        title.append("success", style="green")
-        if explanation.reward is not None:
-            title.append(f" · reward {explanation.reward:g}")
-    else:
-        title.append("failure", style="red")
-        if explanation.final:
-            title.append(f" · final ({_clean(explanation.final_reason or 'final')})")
-        elif explanation.final is False:
-            title.append(" · retried")
-    tree = Tree(title)
-    failure = explanation.failure
-    if failure is not None:
-        text = Text("episode failure: ")
-        text.append(_clean(failure.get("failure_kind") or "(no kind)"), style="bold")
-        if failure.get("stage"):
-            text.append(f"  stage={_clean(failure['stage'])}")
-        text.append(f"  terminal={_clean(failure.get('terminal')).lower()}")
-        if failure.get("failure_reason"):
-            text.append(f"\n{_clean(failure['failure_reason'])}", style="italic")
-        tree.add(text)
-    if explanation.omitted:
-        tree.add(Text("[omitted] this report lost events on the way (too large, or invalid)", style="yellow"))
-    if explanation.tree is not None:
-        _add_chain(tree, explanation.tree, "✖ ")
-    elif failure is not None:
-        tree.add(Text("no failure event saved for this row", style="dim"))
-    if explanation.observations:
-        observed = tree.add(Text("other observations", style="bold"))
-        for node in explanation.observations:
-            _add_chain(observed, node, "")
-    return tree
 
 
 @app.command()
@@ -363,56 +143,6 @@ def explain(
 
 
 # --- gate --------------------------------------------------------------------------------------
-
-
-def _print_verdict(verdict: acceptance.GateVerdict) -> None:
-    coverage = verdict.coverage
-    table = Table(title="Coverage", title_justify="left")
-    table.add_column("")
-    table.add_column("rollouts", justify="right")
-    table.add_column("share", justify="right")
-
-    def add(name: str, count: int, style: str = "") -> None:
-        table.add_row(Text(name, style=style), str(count), f"{coverage.share(count):.1%}")
-
-    add("expected", coverage.expected)
-    add("scored", coverage.scored, style="green")
-    for cls in FailureClass:
-        add(f"failed, {cls.value}", coverage.failed[cls.value], style=_CLASS_STYLES[cls.value])
-    add("gate-derived, model", coverage.gate_derived["model"], style="blue")
-    add("gate-derived, evaluation", coverage.gate_derived["evaluation"], style="red")
-    add("gate-derived, unknown", coverage.gate_derived["unknown"], style="yellow")
-    if coverage.unscored:
-        add("unscored (no verdict)", coverage.unscored)
-    add("missing", coverage.missing)
-    if coverage.unexpected:
-        add("unexpected", coverage.unexpected)
-    console = _stdout()
-    console.print(table)
-    if coverage.expected_source == "manifest":
-        console.print(_cell(f"expected from {', '.join(coverage.manifests)}", style="dim"))
-    kinds = Counter(coverage.failed_by_kind) + Counter(coverage.gate_derived_by_kind)
-    if kinds:
-        by_kind = Table(title="Outcomes by kind", title_justify="left")
-        by_kind.add_column("kind")
-        by_kind.add_column("rollouts", justify="right")
-        for kind, count in sorted(kinds.items(), key=lambda item: (-item[1], item[0])):
-            by_kind.add_row(_cell(kind), str(count))
-        console.print(by_kind)
-    notes = [f"{coverage.retried_attempts} retried attempts (not outcomes)"]
-    if coverage.invalid_lines or coverage.torn_tails or coverage.other_rows:
-        notes.append(
-            f"{coverage.invalid_lines} invalid lines, {coverage.torn_tails} torn last lines, "
-            f"{coverage.other_rows} other rows skipped"
-        )
-    console.print(Text("; ".join(notes), style="dim"))
-    console.print(Text(coverage.line, style="bold"))
-    if verdict.passed:
-        console.print(Text("PASSED", style="bold green"))
-    else:
-        console.print(Text("FAILED", style="bold red"))
-        for reason in verdict.reasons:
-            console.print(Text(f"  - {reason}", style="red"))
 
 
 @app.command()
@@ -520,13 +250,7 @@ def collect(
     if json_output:
         _print_json(json.dumps(figures, indent=2))
         return
-    table = Table(title="Collection", title_justify="left")
-    table.add_column("")
-    table.add_column("count", justify="right")
-    for key, value in figures.items():
-        table.add_row(key.replace("_", " "), str(value))
-    _stdout().print(table)
-    _stdout().print(Text(f"rows in {output}, failures in {config.failures_path}", style="dim"))
+    _print_collection(figures, output, config.failures_path)
 
 
 # --- demo --------------------------------------------------------------------------------------
@@ -561,6 +285,8 @@ class _StreamMode(StrEnum):
     NEVER = "never"
 
 
+# Over 80 lines: thirty-five of them declare its options, and its body moves to the demo's own options
+# model (issue 9) rather than being split here.
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option("--out", help="Parent of the run directory.")] = Path("runs"),
@@ -656,7 +382,3 @@ def demo(
             style="dim",
         )
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from html import escape
+from typing import TYPE_CHECKING
 
-from gym_failures._summary import GroupCount, Summary
+if TYPE_CHECKING:  # only annotations need them: rendering a summary does not load duckdb
+    from gym_failures.reporting.summary import GroupCount, Summary
 
 __all__ = ["render_html"]
 

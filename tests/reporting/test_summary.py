@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from gym_failures._report_html import render_html
-from gym_failures._summary import GroupCount, Summary, input_files, summarize
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import AgentFailure, ModelFailure
+from gym_failures.reporting.html import render_html
+from gym_failures.reporting.summary import GroupCount, Summary, input_files, summarize
 from tests.saved_rows import (
     context_limit,
     failure_row,

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gym_failures import gate
-from gym_failures._explain import explain_row
 from gym_failures.failure_kinds import (
     EMPTY_ANSWER,
     GRADING_WITHOUT_VERDICT,
@@ -36,6 +35,10 @@ from gym_failures.gate import (
     rollout_coverage,
     truncated_answer,
 )
+from gym_failures.gate import _answers as gate_answers
+from gym_failures.gate import _coverage as gate_coverage
+from gym_failures.gate import _verdict as gate_verdict
+from gym_failures.reporting.explain import explain_row
 from tests.saved_rows import (
     chat_completion,
     context_limit,
@@ -392,11 +395,15 @@ def test_grading_without_verdict_is_evaluation_side() -> None:
 
 
 def test_every_public_name_of_the_gate_is_exported() -> None:
+    """A public class or function of any of the gate's modules is exported by the package."""
+    modules = (gate_answers, gate_coverage, gate_verdict)
     public = {
         name
-        for name, value in vars(gate).items()
-        if not name.startswith("_") and getattr(value, "__module__", None) == gate.__name__
+        for module in modules
+        for name, value in vars(module).items()
+        if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
     }
+    assert public
     assert public <= set(gate.__all__)
 
 

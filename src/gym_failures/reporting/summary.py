@@ -25,7 +25,7 @@ What is counted:
 - Anything else (a line that is not JSON, not an object, or an object that is neither kind) is counted
   as `other_rows` and never raises.
 - A file whose last line has no newline ends in a torn append (a collector killed mid-write); as in
-  `gym_failures.collection.read_rows`, that line is never counted as a row, even when it happens to be
+  `gym_failures.rows.read_rows`, that line is never counted as a row, even when it happens to be
   complete JSON. DuckDB cannot skip a byte range, so the torn line is read again from a scratch copy and
   subtracted (every count is a sum of a row weight, +1 or -1).
 - The most common reasons: the top `TOP_REASONS` (kind, reason) pairs by count, each reason cut to
@@ -58,6 +58,7 @@ from gym_failures.failure_kinds import (
     classify_failure,
     quota_reset_text,
 )
+from gym_failures.rows import torn_tail
 
 __all__ = [
     "COLUMNS",
@@ -260,29 +261,6 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _torn_tail(path: Path) -> bytes | None:
-    """The bytes after `path`'s last newline, if the file does not end in one (read only)."""
-    size = path.stat().st_size
-    if size == 0:
-        return None
-    with path.open("rb") as handle:
-        handle.seek(size - 1)
-        if handle.read(1) == b"\n":
-            return None
-        # Walk back in bounded steps: a torn line can be long, the file longer.
-        position, step = size, 64 * 1024
-        while position > 0:
-            start = max(0, position - step)
-            handle.seek(start)
-            newline = handle.read(position - start).rfind(b"\n")
-            if newline != -1:
-                handle.seek(start + newline + 1)
-                return handle.read()
-            position = start
-        handle.seek(0)
-        return handle.read()
-
-
 def summarize(
     paths: Iterable[Path],
     *,
@@ -299,7 +277,7 @@ def summarize(
     with tempfile.TemporaryDirectory(prefix="gym-failures-") as scratch:
         torn_copies: list[Path] = []
         for path in files:
-            tail = _torn_tail(path)
+            tail = torn_tail(path)
             if tail is not None:
                 torn.append(TornTail(path=str(path), bytes=len(tail)))
                 copy = Path(scratch) / f"torn-{len(torn_copies)}.jsonl"

@@ -1,0 +1,313 @@
+"""How the command line shows rows, summaries, cause trees and verdicts on a terminal.
+
+Text from the rows (kinds, boundaries, stages, reasons, ids) is data, never markup or terminal
+commands: every such value reaches rich as a `Text` (no `[bold]` or `[link=...]` in a reason is
+interpreted), with the terminal control characters (C0 but tab and newline, DEL, C1) stripped, so an
+escape sequence saved in a reason cannot reach the terminal. `--json` keeps every value as saved; its
+DEL and C1 characters are written as `\\u` escapes (the same JSON), so the document is safe to print too.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from gym_failures.failure_kinds import FailureClass
+from gym_failures.gate import GateVerdict
+from gym_failures.reporting.explain import EventNode, RowExplanation
+from gym_failures.reporting.summary import GroupCount, Summary
+
+_CLASS_STYLES = {"model": "blue", "evaluation": "red", "unknown": "yellow"}
+
+# Terminal control characters: C0 but tab and newline, DEL, and C1.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_C1 = re.compile("[\x7f-\x9f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _console(stderr: bool = False) -> Console:
+    # Piped output is read by people later (CI logs, files): a fixed width keeps reasons and ids
+    # whole instead of cut to the 80 columns rich assumes without a terminal.
+    console = Console(stderr=stderr, highlight=False)
+    return console if console.is_terminal else Console(stderr=stderr, highlight=False, width=160)
+
+
+def stdout() -> Console:
+    """The console for what a command prints."""
+    return _console()
+
+
+def stderr() -> Console:
+    """The console for errors, warnings and progress."""
+    return _console(stderr=True)
+
+
+def print_json(text: str) -> None:
+    """`text`, a JSON document, on stdout with DEL and C1 escaped."""
+    # JSON escapes C0 itself; DEL and C1 may stand raw in a string, and some terminals act on C1.
+    # Outside strings they cannot occur in valid JSON, so escaping them keeps the same document.
+    sys.stdout.write(_C1.sub(lambda match: f"\\u{ord(match.group()):04x}", text) + "\n")
+
+
+def _clean(value: object) -> str:
+    """Text from a row for the terminal: `(none)` for None, terminal control characters stripped, a
+    lone surrogate (a row may hold "\ud800") replaced, since no terminal encoding can write it."""
+    text = _CONTROL.sub("", "(none)" if value is None else str(value))
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def cell(value: object, style: str = "") -> Text:
+    """A value from a row as plain text (never markup) without terminal control characters."""
+    return Text(_clean(value), style=style)
+
+
+@contextmanager
+def progress_bar(enabled: bool, description: str) -> Iterator[Callable[[float, float], None] | None]:
+    """A progress callback (done, total) drawing a rich bar on stderr, or None when not `enabled` or
+    stderr is no terminal (a bar in a log file is noise)."""
+    console = stderr()
+    if not enabled or not console.is_terminal:
+        yield None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(description, total=None)
+
+        def update(done: float, total: float) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield update
+
+
+# --- summarize ---------------------------------------------------------------------------------
+
+
+def _group_table(title: str, groups: Sequence[GroupCount]) -> Table:
+    table = Table(title=f"Failures by {title}", title_justify="left")
+    table.add_column(title, overflow="fold")
+    for name in ("failure rows", "final", "share"):
+        table.add_column(name, justify="right")
+    for group in groups:
+        table.add_row(cell(group.value), str(group.count), str(group.final), f"{group.share:.1%}")
+    return table
+
+
+def print_summary(summary: Summary) -> None:
+    """`summary` as tables: the totals, then failures by class, kind, boundary, stage, status and attempt."""
+    console = stdout()
+    console.print(
+        Text(
+            f"{summary.rows} rows: {summary.success_rows} success rows "
+            f"({summary.recovered_success_rows} recovered from failures), {summary.failure_rows} "
+            f"failure rows ({summary.final_failure_rows} final), {summary.other_rows} other lines"
+        )
+    )
+    for torn in summary.torn_tails:
+        console.print(cell(f"{torn.path}: torn last line ({torn.bytes} bytes) skipped", style="yellow"))
+    classes = Table(title="Failures by class", title_justify="left")
+    kinds = Table(title="Failures by kind", title_justify="left")
+    kinds.add_column("kind", overflow="fold")
+    for table in (classes, kinds):
+        table.add_column("class")
+        for name in ("failure rows", "final", "share"):
+            table.add_column(name, justify="right")
+    for group in summary.by_class:
+        name = _clean(group.value)
+        classes.add_row(
+            Text(name, style=_CLASS_STYLES.get(name, "")),
+            str(group.count),
+            str(group.final),
+            f"{group.share:.1%}",
+        )
+    for kind in summary.by_kind:
+        kinds.add_row(
+            cell(kind.value),
+            cell(kind.failure_class, style=_CLASS_STYLES.get(kind.failure_class, "")),
+            str(kind.count),
+            str(kind.final),
+            f"{kind.share:.1%}",
+        )
+    console.print(classes, kinds)
+    for title, groups in (
+        ("boundary", summary.by_boundary),
+        ("stage", summary.by_stage),
+        ("HTTP status", summary.by_http_status),
+    ):
+        console.print(_group_table(title, groups))
+    attempts = Table(title="Failures by attempt", title_justify="left")
+    attempts.add_column("attempt", justify="right")
+    for name in ("failure rows", "final", *(cls.value for cls in FailureClass)):
+        attempts.add_column(name, justify="right")
+    for item in summary.by_attempt:
+        attempts.add_row(
+            str(item.attempt),
+            str(item.count),
+            str(item.final),
+            *(str(item.by_class.get(cls.value, 0)) for cls in FailureClass),
+        )
+    reasons = Table(title="Most common reasons", title_justify="left")
+    reasons.add_column("count", justify="right")
+    reasons.add_column("kind")
+    reasons.add_column("reason", overflow="fold")
+    for reason in summary.top_reasons:
+        reasons.add_row(str(reason.count), cell(reason.kind), cell(reason.reason))
+    console.print(attempts, reasons)
+    if summary.quota_resets:
+        resets = Table(title="Quota reset times", title_justify="left")
+        resets.add_column("resets at")
+        resets.add_column("quota events", justify="right")
+        for reset in summary.quota_resets:
+            resets.add_row(cell(reset.resets_at), str(reset.events))
+        console.print(resets)
+
+
+# --- explain -----------------------------------------------------------------------------------
+
+
+def _event_label(node: EventNode, prefix: str) -> Text:
+    event = node.event
+    label = Text(prefix)
+    label.append(f"[{_clean(event.get('boundary', '?'))}] ", style="cyan")
+    label.append(_clean(event.get("failure_kind", "?")), style="bold")
+    for name, key in (("stage", "stage"), ("http", "http_status"), ("operation", "operation")):
+        if key in event:
+            label.append(f"  {name}={_clean(event[key])}")
+    label.append(f"  id={_clean(event.get('event_id'))}", style="dim")
+    if event.get("failure_reason"):
+        label.append(f"\n{_clean(event['failure_reason'])}", style="italic")
+    foreign = event.get("foreign_error")
+    if isinstance(foreign, dict):
+        label.append(f"\nforeign error: {_clean(foreign.get('exception_type'))}", style="dim")
+    return label
+
+
+def _add_chain(tree: Tree, node: EventNode, prefix: str) -> None:
+    branch = tree.add(_event_label(node, prefix))
+    if node.cause is not None:
+        _add_chain(branch, node.cause, "caused by ")
+    elif node.cause_shown_above is not None:
+        branch.add(cell(f"caused by {node.cause_shown_above} (shown above)", style="dim"))
+    elif node.causes_may_be_omitted:
+        branch.add(Text("[omitted] causes may have been lost on the way", style="yellow"))
+
+
+def explanation_tree(explanation: RowExplanation) -> Tree:
+    """One row's outcome, its episode failure and its cause tree, as a rich tree."""
+    where = f"{explanation.path}:{explanation.line}" if explanation.line is not None else explanation.path
+    title = Text(f"{_clean(where)}  ", style="dim")
+    if explanation.outcome in ("invalid", "torn", "other"):
+        title.append(f"{explanation.outcome} line: {_clean(explanation.problem)}", style="yellow")
+        return Tree(title)
+    title.append(f"rollout {_clean(explanation.rollout_id or '(unknown)')}", style="bold")
+    title.append(f" · attempt {explanation.attempt if explanation.attempt is not None else '?'} · ")
+    if explanation.outcome == "success":
+        title.append("success", style="green")
+        if explanation.reward is not None:
+            title.append(f" · reward {explanation.reward:g}")
+    else:
+        title.append("failure", style="red")
+        if explanation.final:
+            title.append(f" · final ({_clean(explanation.final_reason or 'final')})")
+        elif explanation.final is False:
+            title.append(" · retried")
+    tree = Tree(title)
+    failure = explanation.failure
+    if failure is not None:
+        text = Text("episode failure: ")
+        text.append(_clean(failure.get("failure_kind") or "(no kind)"), style="bold")
+        if failure.get("stage"):
+            text.append(f"  stage={_clean(failure['stage'])}")
+        text.append(f"  terminal={_clean(failure.get('terminal')).lower()}")
+        if failure.get("failure_reason"):
+            text.append(f"\n{_clean(failure['failure_reason'])}", style="italic")
+        tree.add(text)
+    if explanation.omitted:
+        tree.add(Text("[omitted] this report lost events on the way (too large, or invalid)", style="yellow"))
+    if explanation.tree is not None:
+        _add_chain(tree, explanation.tree, "✖ ")
+    elif failure is not None:
+        tree.add(Text("no failure event saved for this row", style="dim"))
+    if explanation.observations:
+        observed = tree.add(Text("other observations", style="bold"))
+        for node in explanation.observations:
+            _add_chain(observed, node, "")
+    return tree
+
+
+# --- gate --------------------------------------------------------------------------------------
+
+
+def print_verdict(verdict: GateVerdict) -> None:
+    """The coverage table, the outcomes by kind and the verdict with its reasons."""
+    coverage = verdict.coverage
+    table = Table(title="Coverage", title_justify="left")
+    table.add_column("")
+    table.add_column("rollouts", justify="right")
+    table.add_column("share", justify="right")
+
+    def add(name: str, count: int, style: str = "") -> None:
+        table.add_row(Text(name, style=style), str(count), f"{coverage.share(count):.1%}")
+
+    add("expected", coverage.expected)
+    add("scored", coverage.scored, style="green")
+    for cls in FailureClass:
+        add(f"failed, {cls.value}", coverage.failed[cls.value], style=_CLASS_STYLES[cls.value])
+    add("gate-derived, model", coverage.gate_derived["model"], style="blue")
+    add("gate-derived, evaluation", coverage.gate_derived["evaluation"], style="red")
+    add("gate-derived, unknown", coverage.gate_derived["unknown"], style="yellow")
+    if coverage.unscored:
+        add("unscored (no verdict)", coverage.unscored)
+    add("missing", coverage.missing)
+    if coverage.unexpected:
+        add("unexpected", coverage.unexpected)
+    console = stdout()
+    console.print(table)
+    if coverage.expected_source == "manifest":
+        console.print(cell(f"expected from {', '.join(coverage.manifests)}", style="dim"))
+    kinds = Counter(coverage.failed_by_kind) + Counter(coverage.gate_derived_by_kind)
+    if kinds:
+        by_kind = Table(title="Outcomes by kind", title_justify="left")
+        by_kind.add_column("kind")
+        by_kind.add_column("rollouts", justify="right")
+        for kind, count in sorted(kinds.items(), key=lambda item: (-item[1], item[0])):
+            by_kind.add_row(cell(kind), str(count))
+        console.print(by_kind)
+    notes = [f"{coverage.retried_attempts} retried attempts (not outcomes)"]
+    if coverage.invalid_lines or coverage.torn_tails or coverage.other_rows:
+        notes.append(
+            f"{coverage.invalid_lines} invalid lines, {coverage.torn_tails} torn last lines, "
+            f"{coverage.other_rows} other rows skipped"
+        )
+    console.print(Text("; ".join(notes), style="dim"))
+    console.print(Text(coverage.line, style="bold"))
+    if verdict.passed:
+        console.print(Text("PASSED", style="bold green"))
+    else:
+        console.print(Text("FAILED", style="bold red"))
+        for reason in verdict.reasons:
+            console.print(Text(f"  - {reason}", style="red"))
+
+
+# --- collect -----------------------------------------------------------------------------------
+
+
+def print_collection(figures: dict[str, Any], output: Path, failures_path: Path) -> None:
+    """A collection run's figures, and where its rows are."""
+    table = Table(title="Collection", title_justify="left")
+    table.add_column("")
+    table.add_column("count", justify="right")
+    for key, value in figures.items():
+        table.add_row(key.replace("_", " "), str(value))
+    stdout().print(table)
+    stdout().print(Text(f"rows in {output}, failures in {failures_path}", style="dim"))

@@ -1,0 +1,50 @@
+"""The acceptance gate: whether a run's saved rows are complete and clean enough to train or report on.
+
+The gate reads the rows Collection saved (through `gym_failures.rows`, any supported form, legacy
+sidecar rows included), counts each rollout once by its final outcome, derives the gate classes
+(`GATE_DERIVED_KINDS`) from success rows, and checks the counts against `GateThresholds`. One job a
+module, each with its part of the contract in its docstring:
+
+- `_answers`: a success row's answer and verification (the success-row contract), and the rules that
+  derive a gate class from them (`DEFAULT_RULES`, in precedence order, and why that order);
+- `_coverage`: what the rows cover, each rollout counted once (`Coverage`, `rollout_coverage`,
+  `read_coverage`), and where `expected` comes from;
+- `_verdict`: the coverage against `GateThresholds` (`check`, `GateVerdict`).
+
+A row is read, never trusted: a value of the wrong type (a list where a string belongs, a number for
+a mapping) is no evidence, and no row makes the gate raise.
+
+This package imports pydantic, the standard library and the row reader only.
+"""
+
+from gym_failures.gate._answers import (
+    DEFAULT_RULES,
+    GateRule,
+    derive_gate_kind,
+    empty_answer,
+    grading_without_verdict,
+    has_verdict,
+    malformed_answer,
+    output_text,
+    truncated_answer,
+)
+from gym_failures.gate._coverage import Coverage, read_coverage, rollout_coverage
+from gym_failures.gate._verdict import GateThresholds, GateVerdict, check
+
+__all__ = [
+    "DEFAULT_RULES",
+    "Coverage",
+    "GateRule",
+    "GateThresholds",
+    "GateVerdict",
+    "check",
+    "derive_gate_kind",
+    "empty_answer",
+    "grading_without_verdict",
+    "has_verdict",
+    "malformed_answer",
+    "output_text",
+    "read_coverage",
+    "rollout_coverage",
+    "truncated_answer",
+]

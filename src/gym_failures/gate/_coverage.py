@@ -1,0 +1,261 @@
+"""Coverage: what a run's saved rows cover, every rollout counted once by its final outcome.
+
+Every rollout (`rollout_id`) is counted once (`Coverage`), by its final outcome: a success
+row if it has one (a success settles the rollout, whatever failed before), else its final failure row
+(the highest attempt when there are several). A failure row that is not final is an attempt that was
+retried, never an outcome; a rollout with only such rows has no outcome yet and is missing. A row
+without a rollout id (some legacy rows) is a rollout of its own. A success row is `scored` when it has a
+verdict and no gate class; one with a gate class is counted under it, by the class's responsibility
+(`classify_failure`); a final failure row is counted by the responsibility of its kind, stage and the
+HTTP status of its failure event. A row with neither `result` nor `failure` is no rollout row and is
+skipped (`other_rows`).
+
+`expected`, the rollouts the run should have, comes from the caller when given (`expected_source`
+`"given"`); else, for `read_coverage`, from the collection manifests beside the row files
+(`<output>.manifest.json`, `expected_rollouts`: tasks times `num_repeats`; several runs' files sum
+their runs', `"manifest"`); else it is the number of distinct rollouts seen (`"rows_seen"`). The last
+cannot count a rollout that left no row at all as missing, so the verdict then carries a warning
+(`GateVerdict.warnings`); it does not fail the run by itself.
+
+A row is read, never trusted: a value of the wrong type (a list where a string belongs, a number for
+a mapping) is no evidence, and no row makes the gate raise.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, cast, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+from gym_failures.failure_kinds import (
+    EMPTY_ANSWER,
+    GRADING_WITHOUT_VERDICT,
+    MALFORMED_ANSWER,
+    TRUNCATED_ANSWER,
+    FailureClass,
+    FailureClassificationConfig,
+    FailureStage,
+    classify_failure,
+)
+from gym_failures.failure_transport import FailureReportRow
+from gym_failures.gate._answers import DEFAULT_RULES, GateRule, derive_gate_kind, has_verdict
+from gym_failures.rows import JsonlScan, is_rollout_row, manifest_expected_rollouts, normalized, read_rows
+
+_STAGES: frozenset[str] = frozenset(get_args(FailureStage))
+
+# The stage each gate class arises in, as classification evidence: the answer faults are the
+# policy's generation (agent), a missing verdict is the grader's (verification).
+_GATE_KIND_STAGE: dict[str, FailureStage] = {
+    TRUNCATED_ANSWER: "agent",
+    EMPTY_ANSWER: "agent",
+    MALFORMED_ANSWER: "agent",
+    GRADING_WITHOUT_VERDICT: "verification",
+}
+
+
+def _class_counts() -> dict[str, int]:
+    return {failure_class.value: 0 for failure_class in FailureClass}
+
+
+class Coverage(BaseModel):
+    """What a run's saved rows cover: every expected rollout is scored, gate-derived, failed,
+    unscored or missing (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    expected: int
+    seen: int
+    """Distinct rollouts with any row."""
+    scored: int
+    """Success rows with a verdict and no gate class."""
+    unscored: int = 0
+    """Success rows with neither a verdict nor a gate class (only with rules that let them pass)."""
+    failed: dict[str, int] = Field(default_factory=_class_counts)
+    """Final failure outcomes by class (model, evaluation, unknown)."""
+    failed_by_kind: dict[str, int] = Field(default_factory=dict)
+    gate_derived: dict[str, int] = Field(default_factory=_class_counts)
+    """Gate-derived outcomes by class."""
+    gate_derived_by_kind: dict[str, int] = Field(default_factory=dict)
+    retried_attempts: int = 0
+    """Failure rows that were not final: attempts a later one replaced."""
+    missing: int
+    """Expected rollouts without a final outcome."""
+    unexpected: int = 0
+    """Outcomes beyond `expected` (a wrong `expected`, or runs mixed together)."""
+    other_rows: int = 0
+    """Rows with neither a `result` nor a `failure`: not rollout rows, skipped."""
+    invalid_lines: int = 0
+    torn_tails: int = 0
+    expected_source: Literal["given", "manifest", "rows_seen"] = "given"
+    """Where `expected` came from: the caller, the collection manifests, or the rollouts seen."""
+    manifests: list[str] = Field(default_factory=list)
+    """The manifests `expected` was read from."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def outcomes(self) -> int:
+        """Rollouts with a final outcome."""
+        return self.scored + self.unscored + sum(self.failed.values()) + sum(self.gate_derived.values())
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def line(self) -> str:
+        """ "N of M scored"."""
+        return f"{self.scored} of {self.expected} scored"
+
+    def share(self, count: int) -> float:
+        """`count` as a share of the expected rollouts (0 when none are expected)."""
+        return count / self.expected if self.expected else 0.0
+
+    def by_class(self, failure_class: FailureClass) -> int:
+        """Failed and gate-derived outcomes of one class."""
+        return self.failed[failure_class.value] + self.gate_derived[failure_class.value]
+
+
+@dataclass
+class _Outcome:
+    rank: int  # a success (1) settles a rollout over a final failure (0)
+    attempt: int
+    category: str  # "scored", "unscored", "failed" or "gate"
+    kind: str | None = None
+    failure_class: str | None = None
+
+
+def _attempt(row: Mapping[str, Any]) -> int:
+    attempt = row.get("attempt")
+    return attempt if type(attempt) is int else 1
+
+
+def _failure_evidence(row: Mapping[str, Any]) -> tuple[str | None, FailureStage | None, int | None]:
+    """The kind, stage and HTTP status of a failure row: the `EpisodeFailure`'s own kind and stage,
+    else its failure event's; the HTTP status is the failure event's."""
+    failure = row.get("failure")
+    failure = failure if isinstance(failure, Mapping) else {}
+    report = FailureReportRow.report(row)
+    event = report.events.get(report.failure_id) if report.failure_id is not None else None
+    kind = failure.get("failure_kind")
+    if not isinstance(kind, str):
+        kind = event.failure_kind if event is not None else None
+    stage = failure.get("stage")
+    if not (isinstance(stage, str) and stage in _STAGES):
+        stage = event.stage if event is not None else None
+    status = event.http_status if event is not None else None
+    return kind, cast(FailureStage | None, stage), status
+
+
+def _outcome(
+    row: Mapping[str, Any], rules: Sequence[GateRule], config: FailureClassificationConfig | None
+) -> _Outcome | None:
+    """The outcome `row` records, or None for an attempt that was retried."""
+    if "failure" not in row:
+        kind = derive_gate_kind(row, rules)
+        if kind is not None:
+            failure_class = classify_failure(kind, _GATE_KIND_STAGE.get(kind), config=config).value
+            return _Outcome(1, _attempt(row), "gate", kind, failure_class)
+        return _Outcome(1, _attempt(row), "scored" if has_verdict(row) else "unscored")
+    if row.get("final") is not True:
+        return None
+    kind, stage, status = _failure_evidence(row)
+    failure_class = classify_failure(kind, stage, status, config=config).value
+    return _Outcome(0, _attempt(row), "failed", kind, failure_class)
+
+
+def rollout_coverage(
+    rows: Iterable[Mapping[str, Any]],
+    expected: int | None = None,
+    rules: Sequence[GateRule] = DEFAULT_RULES,
+    config: FailureClassificationConfig | None = None,
+) -> Coverage:
+    """The coverage of `rows` (in any supported form; each is normalized first)."""
+    outcomes: dict[str, _Outcome] = {}
+    seen: set[str] = set()
+    retried = other = 0
+    for index, raw in enumerate(rows):
+        row = normalized(raw)
+        if not is_rollout_row(row):
+            other += 1
+            continue
+        key = row.get("rollout_id")
+        key = key if isinstance(key, str) else f"<row {index}>"
+        seen.add(key)
+        outcome = _outcome(row, rules, config)
+        if outcome is None:
+            retried += 1
+            continue
+        current = outcomes.get(key)
+        if current is None or (outcome.rank, outcome.attempt) >= (current.rank, current.attempt):
+            outcomes[key] = outcome
+    return _coverage(outcomes, len(seen), retried, other, expected)
+
+
+def _coverage(
+    outcomes: Mapping[str, _Outcome], seen: int, retried: int, other: int, expected: int | None
+) -> Coverage:
+    categories: Counter[str] = Counter(outcome.category for outcome in outcomes.values())
+    failed, gate_derived = _class_counts(), _class_counts()
+    failed_by_kind: Counter[str] = Counter()
+    gate_by_kind: Counter[str] = Counter()
+    for outcome in outcomes.values():
+        if outcome.category == "failed":
+            assert outcome.failure_class is not None
+            failed[outcome.failure_class] += 1
+            failed_by_kind[outcome.kind or "(none)"] += 1
+        elif outcome.category == "gate":
+            assert outcome.failure_class is not None
+            assert outcome.kind is not None
+            gate_derived[outcome.failure_class] += 1
+            gate_by_kind[outcome.kind] += 1
+    source: Literal["given", "rows_seen"] = "rows_seen" if expected is None else "given"
+    expected = seen if expected is None else expected
+    return Coverage(
+        expected=expected,
+        expected_source=source,
+        seen=seen,
+        scored=categories["scored"],
+        unscored=categories["unscored"],
+        failed=failed,
+        failed_by_kind=dict(failed_by_kind.most_common()),
+        gate_derived=gate_derived,
+        gate_derived_by_kind=dict(gate_by_kind.most_common()),
+        retried_attempts=retried,
+        missing=max(0, expected - len(outcomes)),
+        unexpected=max(0, len(outcomes) - expected),
+        other_rows=other,
+    )
+
+
+def read_coverage(
+    paths: Iterable[Path],
+    expected: int | None = None,
+    rules: Sequence[GateRule] = DEFAULT_RULES,
+    config: FailureClassificationConfig | None = None,
+) -> Coverage:
+    """The coverage of the rows in `paths` (success and failure files, in any order).
+
+    Without `expected`, the collection manifests beside the files give it (see the module docstring).
+    Invalid lines and a torn last line are skipped and counted, as `read_rows` reads them.
+    """
+    paths = list(paths)
+    manifests: list[Path] = []
+    if expected is None:
+        expected, manifests = manifest_expected_rollouts(paths)
+    scans: list[JsonlScan] = []
+
+    def rows() -> Iterable[dict[str, Any]]:
+        for path in paths:
+            scan = JsonlScan(path)
+            scans.append(scan)
+            yield from read_rows(path, scan)
+
+    coverage = rollout_coverage(rows(), expected, rules, config)
+    update: dict[str, Any] = {
+        "invalid_lines": sum(len(scan.invalid_lines) for scan in scans),
+        "torn_tails": sum(scan.torn_tail is not None for scan in scans),
+    }
+    if manifests:
+        update.update(expected_source="manifest", manifests=[str(path) for path in manifests])
+    return coverage.model_copy(update=update)
