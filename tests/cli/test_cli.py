@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import http.server
 import json
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -318,38 +316,6 @@ def test_gate_on_a_file_of_bad_lines_fails_without_crashing(tmp_path: Path) -> N
 
 
 # --- collect -----------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@pytest.fixture(scope="module")
-def agent_url() -> Iterator[str]:
-    """The collection tests' agent server (`tests.collection.agent_app`), as a real process."""
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.collection.agent_app", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the agent server did not start")
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def test_collect_saves_rows_and_prints_the_summary(tmp_path: Path, agent_url: str) -> None:

@@ -23,6 +23,7 @@ from gym_failures.asgi import FailureReportMiddleware
 from gym_failures.failure_kinds import MODEL_SERVER_ERROR, PROVIDER_UNAVAILABLE
 from gym_failures.failure_transport import observe_failure
 from gym_failures.failures import ModelFailure, SandboxFailure
+from tests.processes import free_port
 
 ClientName = Literal["aiohttp", "httpx"]
 AnyResponse = aiohttp.ClientResponse | httpx.Response
@@ -113,10 +114,7 @@ def serving(app: ASGIApp) -> Iterator[str]:
 
 def closed_port() -> int:
     """A loopback port nothing listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+    return free_port()
 
 
 @contextlib.asynccontextmanager

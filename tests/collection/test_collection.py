@@ -8,11 +8,9 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,53 +41,9 @@ from gym_failures.failure_kinds import (
 from gym_failures.failure_records import FailureBoundary
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import CollectionFailure
+from tests.processes import free_port, stop
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait_listening(port: int, process: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}")
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on {port}")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def agent_url() -> Iterator[str]:
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.collection.agent_app", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        _stop(process)
 
 
 def _tasks(path: Path, tasks: list[dict[str, Any]]) -> Path:
@@ -197,7 +151,7 @@ async def test_a_2xx_reply_that_is_no_episode_response_is_a_protocol_violation(
 
 
 async def test_an_unreachable_agent_is_the_collectors_own_transport_failure(tmp_path: Path) -> None:
-    config = _config(tmp_path, f"http://127.0.0.1:{_free_port()}", [{"mode": "ok"}], max_attempts=2)
+    config = _config(tmp_path, f"http://127.0.0.1:{free_port()}", [{"mode": "ok"}], max_attempts=2)
     await collect(config)
     rows = _rows(config.failures_path)
     assert len(rows) == 2
@@ -326,7 +280,7 @@ async def test_a_collector_killed_mid_run_resumes_without_loss_or_duplicates(
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
     finally:
-        _stop(process)
+        stop(process)
     assert process.returncode == -signal.SIGKILL
     before = _rows(config.output_path) + _rows(config.failures_path)
     assert 25 <= len(before) < 60 + 40, "the kill must land mid-run"

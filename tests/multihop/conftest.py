@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import pytest
 
 from tests.multihop.collectors import AiohttpCollector, Collector, HttpxCollector
 from tests.multihop.servers import PARENT_PID_ENV
+from tests.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 20.0
@@ -70,13 +70,6 @@ class Stack:
         self.model.stop()
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _answers(port: int) -> bool:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1.0)
     try:
@@ -89,7 +82,7 @@ def _answers(port: int) -> bool:
 
 
 def _launch(name: str, args: list[str], log_path: Path, log_level: str) -> ServerProcess:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, PARENT_PID_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "tests.multihop.servers", name, "--port", str(port)]
     command += ["--log-level", log_level, *args]

@@ -21,15 +21,17 @@ from gym_failures import gate as acceptance
 
 # Private aliases keep the demo command's body byte for byte while its options are rewritten
 # elsewhere; drop them with that rewrite.
-from gym_failures.cli._render import cell as _cell
-from gym_failures.cli._render import explanation_tree as _explanation_tree
-from gym_failures.cli._render import print_collection as _print_collection
-from gym_failures.cli._render import print_json as _print_json
-from gym_failures.cli._render import print_summary as _print_summary
-from gym_failures.cli._render import print_verdict as _print_verdict
-from gym_failures.cli._render import progress_bar as _progress_bar
-from gym_failures.cli._render import stderr as _stderr
-from gym_failures.cli._render import stdout as _stdout
+from gym_failures.cli._render import (
+    cell,
+    explanation_tree,
+    print_collection,
+    print_json,
+    print_summary,
+    print_verdict,
+    progress_bar,
+    stderr,
+    stdout,
+)
 from gym_failures.failure_kinds import COLLECTION_RESUME_REFUSED
 from gym_failures.reporting.explain import line_row, rollout_rows
 from gym_failures.reporting.html import render_html
@@ -60,7 +62,7 @@ PathsArgument = Annotated[
 
 
 def _usage_error(message: str) -> typer.Exit:
-    _stderr().print(Text(f"Error: {message}", style="red"))
+    stderr().print(Text(f"Error: {message}", style="red"))
     return typer.Exit(code=2)
 
 
@@ -79,21 +81,21 @@ def summarize(
     """Failures by class, kind, boundary, stage and attempt; the most common reasons; quota resets."""
     files = input_files(paths)
     size = sum(path.stat().st_size for path in files)
-    with _progress_bar(size > PROGRESS_MIN_BYTES, "summarizing") as update:
+    with progress_bar(size > PROGRESS_MIN_BYTES, "summarizing") as update:
         on_progress = None if update is None else (lambda percent: update(percent, 100.0))
         try:
             summary = summarize_rows(files, on_progress=on_progress)
         except duckdb.Error as error:
-            _stderr().print(Text(f"Error: could not read the rows: {error}", style="red"))
+            stderr().print(Text(f"Error: could not read the rows: {error}", style="red"))
             raise typer.Exit(code=1) from None
     if html is not None:
         html.write_text(render_html(summary), encoding="utf-8")
     if json_output:
-        _print_json(summary.model_dump_json(indent=2))
+        print_json(summary.model_dump_json(indent=2))
     else:
-        _print_summary(summary)
+        print_summary(summary)
         if html is not None:
-            _stdout().print(Text(f"HTML report written to {html}"))
+            stdout().print(Text(f"HTML report written to {html}"))
 
 
 # --- explain -----------------------------------------------------------------------------------
@@ -132,13 +134,13 @@ def explain(
     if json_output:
         # json.dumps, not pydantic's serializer: a saved row may hold a lone surrogate ("\ud800"), which
         # pydantic refuses to encode and JSON writes as an escape.
-        _print_json(json.dumps([item.model_dump(mode="json") for item in explanations], indent=2))
+        print_json(json.dumps([item.model_dump(mode="json") for item in explanations], indent=2))
     else:
-        console = _stdout()
+        console = stdout()
         for explanation in explanations:
-            console.print(_explanation_tree(explanation))
+            console.print(explanation_tree(explanation))
     if not explanations:
-        _stderr().print(_cell(missing, style="red"))
+        stderr().print(cell(missing, style="red"))
         raise typer.Exit(code=1)
 
 
@@ -181,11 +183,11 @@ def gate(
     coverage = acceptance.read_coverage(input_files(paths), expected)
     verdict = acceptance.check(coverage, thresholds)
     for warning in verdict.warnings:
-        _stderr().print(Text(f"Warning: {warning}", style="yellow"))
+        stderr().print(Text(f"Warning: {warning}", style="yellow"))
     if json_output:
-        _print_json(verdict.model_dump_json(indent=2))
+        print_json(verdict.model_dump_json(indent=2))
     else:
-        _print_verdict(verdict)
+        print_verdict(verdict)
     raise typer.Exit(code=0 if verdict.passed else 1)
 
 
@@ -218,7 +220,7 @@ def collect(
         from gym_failures.collection import CollectionConfig
         from gym_failures.collection import collect as run_collection
     except ImportError as error:  # aiohttp is an extra of its own
-        _stderr().print(Text(f"Error: collect needs gym-failures[aiohttp] ({error})", style="red"))
+        stderr().print(Text(f"Error: collect needs gym-failures[aiohttp] ({error})", style="red"))
         raise typer.Exit(code=1) from None
     from gym_failures.failures import NgFailureEvent
 
@@ -235,22 +237,22 @@ def collect(
         )
     except ValidationError as error:  # its text holds no input (hide_input_in_errors)
         raise _usage_error(str(error)) from None
-    with _progress_bar(not json_output, "collecting") as update:
+    with progress_bar(not json_output, "collecting") as update:
         on_progress = None if update is None else (lambda done, total: update(float(done), float(total)))
         try:
             summary = asyncio.run(run_collection(config, on_progress))
         except NgFailureEvent as failure:
             if failure.failure_kind != COLLECTION_RESUME_REFUSED:
                 raise
-            _stderr().print(Text(f"Error: {failure.failure_reason}", style="red"))
+            stderr().print(Text(f"Error: {failure.failure_reason}", style="red"))
             raise typer.Exit(code=2) from None
     figures: dict[str, Any] = {
         field.name: getattr(summary, field.name) for field in fields(summary) if field.name != "scans"
     }
     if json_output:
-        _print_json(json.dumps(figures, indent=2))
+        print_json(json.dumps(figures, indent=2))
         return
-    _print_collection(figures, output, config.failures_path)
+    print_collection(figures, output, config.failures_path)
 
 
 # --- demo --------------------------------------------------------------------------------------
@@ -329,18 +331,14 @@ def demo(
     loopback, collects the rollouts into `<out>/<timestamp>/`, prints the summary, the gate's verdict
     and the cause tree of the most telling failed rollout, and writes `report.html` there.
     """
-    if (model_base_url is None) != (model_name is None):
-        raise _usage_error("an external policy needs both --model-base-url and --model-name")
-    if policy_timeout is None and model_base_url is not None:
-        policy_timeout = 60.0  # a real model generates for seconds, not the scripted milliseconds
     try:
-        from gym_failures.demo import run_demo
+        from gym_failures.demo import DemoOptionsError, run_demo
     except ImportError as error:
-        _stderr().print(Text(f"Error: demo needs gym-failures[demo] ({error})", style="red"))
+        stderr().print(Text(f"Error: demo needs gym-failures[demo] ({error})", style="red"))
         raise typer.Exit(code=1) from None
 
-    console = _stdout()
-    with _progress_bar(True, "collecting") as update:
+    console = stdout()
+    with progress_bar(True, "collecting") as update:
         on_progress = None if update is None else (lambda done, total: update(float(done), float(total)))
         try:
             run_dir = run_demo(
@@ -356,26 +354,26 @@ def demo(
                 on_progress=on_progress,
             )
         except KeyboardInterrupt:
-            _stderr().print(Text("interrupted; every demo server is stopped", style="red"))
+            stderr().print(Text("interrupted; every demo server is stopped", style="red"))
             raise typer.Exit(code=130) from None
-        except ValueError as error:  # a refused option (a model URL with secrets); never echoes them
+        except DemoOptionsError as error:  # a refused option (a model URL with secrets); never echoes them
             raise _usage_error(str(error)) from None
     files = [run_dir / "rollouts.jsonl", run_dir / "rollouts_failures.jsonl"]
     summary = summarize_rows(files)
     report = run_dir / "report.html"
     report.write_text(render_html(summary), encoding="utf-8")
     console.rule("Summary")
-    _print_summary(summary)
+    print_summary(summary)
     console.rule("Acceptance gate")
     verdict = acceptance.check(acceptance.read_coverage(files, rollouts), acceptance.GateThresholds())
-    _print_verdict(verdict)
+    print_verdict(verdict)
     number = _most_telling_failure(files[1])
     explanation = None if number is None else line_row(files[1], number)
     if explanation is not None:
         console.rule("The failed attempt with the longest cause chain")
-        console.print(_explanation_tree(explanation))
+        console.print(explanation_tree(explanation))
     console.rule("Files")
-    console.print(_cell(f"rows:        {files[0]}\nfailures:    {files[1]}\nHTML report: {report}"))
+    console.print(cell(f"rows:        {files[0]}\nfailures:    {files[1]}\nHTML report: {report}"))
     console.print(
         Text(
             f"Next: gym-failures explain {files[1]} --rollout <id>   gym-failures gate {run_dir}",

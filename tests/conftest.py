@@ -1,0 +1,32 @@
+"""Fixtures shared across the test packages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.processes import free_port, stop, wait_listening
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def agent_url() -> Iterator[str]:
+    """The collection tests' agent server (`tests.collection.agent_app`), as a real process; it keeps
+    no state between requests, so one serves every test."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.collection.agent_app", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_listening(port, process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(process)
