@@ -21,7 +21,6 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from gym_failures._redact import REDACTED
 from gym_failures.asgi import FailureReportMiddleware, relay_stream, sse_event, stream_failure_field
 from gym_failures.failure_kinds import (
     AGENT_REQUEST_FAILED,
@@ -32,6 +31,7 @@ from gym_failures.failure_kinds import (
 from gym_failures.failure_records import FailureBoundary, FailureReport
 from gym_failures.failure_transport import FailureHeader, RequestFailureLog, observe_failure
 from gym_failures.failures import AgentFailure, ModelFailure, SandboxFailure
+from gym_failures.redaction import REDACTED
 
 with warnings.catch_warnings():
     # Starlette 1.x's TestClient prefers `httpx2` and warns when it runs on `httpx`, which is what this

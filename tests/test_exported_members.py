@@ -17,6 +17,8 @@ MODULES = [
     "gym_failures.failure_transport",
     "gym_failures.failures",
     "gym_failures.gate",
+    "gym_failures.redaction",
+    "gym_failures.reply",
     "gym_failures.reporting.explain",
     "gym_failures.reporting.html",
     "gym_failures.reporting.summary",

@@ -19,7 +19,7 @@ def _module_name(path: Path) -> str:
 @pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(SOURCE)))
 def test_no_private_name_is_imported_from_another_module(path: Path) -> None:
     """A private name (`_x`) stays in its module; what other modules need is public, even when its
-    module is private (`gym_failures._redact.redact`)."""
+    module is private (`gym_failures.redaction.redact`)."""
     crossing = [
         f"{node.module}.{alias.name}"
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))

@@ -11,7 +11,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gym_failures._redact import REDACTED
 from gym_failures.asgi import FailureReportMiddleware
 from gym_failures.failure_kinds import MODEL_SERVER_ERROR, PROVIDER_COMMAND_TIMEOUT, PROVIDER_QUOTA_EXHAUSTED
 from gym_failures.failure_records import FailureEvent, FailureReport, SdkErrorDetails
@@ -22,6 +21,7 @@ from gym_failures.failure_transport import (
     report_for_current_request,
 )
 from gym_failures.failures import AgentFailure, ModelFailure, SandboxFailure, sdk_error_details
+from gym_failures.redaction import REDACTED
 from gym_failures.reply import fit, own_chain, reply_headers, reply_report, scrub, stream_failure_field
 from tests.test_asgi import in_process
 

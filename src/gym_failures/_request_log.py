@@ -31,9 +31,9 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gym_failures._redact import MIN_KNOWN_SECRET, request_secrets
 from gym_failures.failure_records import FailureReport
 from gym_failures.failures import explicit_gym_failure
+from gym_failures.redaction import MIN_KNOWN_SECRET, request_secrets
 
 _MAX_ID = 128
 EMPTY_REPORT = FailureReport()

@@ -52,12 +52,12 @@ from collections.abc import (
 )
 from typing import Any
 
-from gym_failures._redact import redact
 from gym_failures._request_log import CURRENT_REQUEST_LOG
 from gym_failures.failure_kinds import INFRASTRUCTURE_ERROR, FailureStage
 from gym_failures.failure_records import FailureBoundary, FailureEvent, FailureReport
 from gym_failures.failure_transport import FailureHeader, RequestFailureLog, StreamFailureReportReader
 from gym_failures.failures import NgFailureEvent, bounded_text, exception_type_name, explicit_gym_cause
+from gym_failures.redaction import redact
 from gym_failures.reply import fit, scrub, stream_failure_field
 
 __all__ = ["FailureReportMiddleware", "relay_stream", "sse_event", "stream_failure_field"]

@@ -28,7 +28,7 @@ Decisions (see also docs/decisions.md):
   programming error and raises `ValueError` at the raise site.
 - A reason longer than 2000 characters is cut to 2000 (ending in "…") rather than refused: the
   failure matters more than its prose.
-- Every reason and selected SDK message is passed through `gym_failures._redact.redact` first, so a
+- Every reason and selected SDK message is passed through `gym_failures.redaction.redact` first, so a
   credential or URL secret quoted by a producer never reaches a header, a row or a log.
 - An `http_status` that is not an int in 100-599 is dropped as no evidence (as in
   `sdk_error_details`): a peer's odd status must not turn the failure into a validation error.
@@ -42,7 +42,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from gym_failures._redact import CUT_MARK, redact
 from gym_failures.failure_kinds import (
     GATE_DERIVED_KINDS,
     FailureStage,
@@ -56,6 +55,7 @@ from gym_failures.failure_records import (
     FailureReport,
     SdkErrorDetails,
 )
+from gym_failures.redaction import CUT_MARK, redact
 
 __all__ = [
     "AgentFailure",

@@ -31,10 +31,10 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from gym_failures._header import OMITTED_HEADER_VALUE, FailureHeader
-from gym_failures._redact import CUT_MARK, redact
 from gym_failures._request_log import RequestFailureLog
 from gym_failures.failure_records import FailureEvent, FailureReport
 from gym_failures.failures import bounded_text, explicit_gym_failure
+from gym_failures.redaction import CUT_MARK, redact
 
 __all__ = [
     "FittedReport",

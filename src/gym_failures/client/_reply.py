@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
-from gym_failures._redact import redact, url_without_secrets
 from gym_failures.client._libraries import HttpLibrary, reply_library
 from gym_failures.failure_kinds import (
     AGENT_REQUEST_FAILED,
@@ -26,6 +25,7 @@ from gym_failures.failure_kinds import (
 from gym_failures.failure_records import FailureBoundary, FailureReport
 from gym_failures.failure_transport import FailureHeader, observe_report
 from gym_failures.failures import HttpDetails, NgFailureEvent, failure_type_for, rebuild_failure
+from gym_failures.redaction import redact, url_without_secrets
 
 if TYPE_CHECKING:
     import aiohttp

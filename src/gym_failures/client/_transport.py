@@ -11,7 +11,6 @@ import contextlib
 import errno
 from collections.abc import Iterator
 
-from gym_failures._redact import url_without_secrets
 from gym_failures.client._libraries import Delivery, TransportRule, library_of
 from gym_failures.failure_kinds import (
     TRANSPORT_LOCAL_RESOURCE,
@@ -22,6 +21,7 @@ from gym_failures.failure_kinds import (
 )
 from gym_failures.failure_records import FailureBoundary
 from gym_failures.failures import HttpDetails, NgFailureEvent, exception_type_name, failure_type_for
+from gym_failures.redaction import url_without_secrets
 
 __all__ = ["BUILTIN_TRANSPORT_ERRORS", "LOCAL_RESOURCE_ERRNOS", "map_transport_errors", "transport_kind"]
 

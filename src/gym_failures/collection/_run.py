@@ -74,7 +74,6 @@ import aiohttp
 import yarl
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gym_failures._redact import url_without_secrets
 from gym_failures.client import map_transport_errors, raise_boundary_failure
 from gym_failures.failure_kinds import (
     COLLECTION_DISPATCH_FAILED,
@@ -84,6 +83,7 @@ from gym_failures.failure_kinds import (
 from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureReport
 from gym_failures.failure_transport import FailureReportRow, RequestFailureLog
 from gym_failures.failures import CollectionFailure, NgFailureEvent, exception_type_name
+from gym_failures.redaction import url_without_secrets
 from gym_failures.rows import (
     JsonlScan,
     RowWriter,

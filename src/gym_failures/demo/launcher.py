@@ -51,7 +51,6 @@ from types import FrameType
 from typing import Any, Literal
 
 import gym_failures
-from gym_failures._redact import url_without_secrets
 from gym_failures.collection import CollectionConfig, CollectionSummary, collect
 from gym_failures.demo._options import DemoOptions
 from gym_failures.demo._serve import (
@@ -63,6 +62,7 @@ from gym_failures.demo._serve import (
     DemoConfig,
     policy_budget_s,
 )
+from gym_failures.redaction import url_without_secrets
 
 __all__ = ["SERVERS", "run_demo"]
 

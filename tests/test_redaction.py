@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gym_failures._redact import REDACTED, redact, request_secrets, url_without_secrets
+from gym_failures.redaction import REDACTED, redact, request_secrets, url_without_secrets
 
 # --- Patterns -----------------------------------------------------------------------------------
 
@@ -287,13 +287,13 @@ def test_raw_query_values_are_known_secrets_too() -> None:
 
 # --- Issue 14: provider keys, registered secrets, cut secrets, request credentials ---------------
 
-from gym_failures._redact import (  # noqa: E402 (grouped with the tests that use them)
+from gym_failures.failures import bounded_text  # noqa: E402
+from gym_failures.redaction import (  # noqa: E402 (grouped with the tests that use them)
     forget_registered_secrets,
     register_secret,
     register_secret_pattern,
     url_secrets,
 )
-from gym_failures.failures import bounded_text  # noqa: E402
 
 
 @pytest.fixture

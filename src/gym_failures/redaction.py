@@ -26,6 +26,19 @@ import threading
 from collections.abc import Callable, Iterable
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+__all__ = [
+    "CUT_MARK",
+    "MIN_KNOWN_SECRET",
+    "REDACTED",
+    "forget_registered_secrets",
+    "redact",
+    "register_secret",
+    "register_secret_pattern",
+    "request_secrets",
+    "url_secrets",
+    "url_without_secrets",
+]
+
 REDACTED = "[REDACTED]"
 
 # Bounded repetitions and a token-start lookbehind keep every pattern linear in the text's length.
