@@ -1,9 +1,31 @@
 """gym-failures: one failure vocabulary, explicit cause chains and bounded transport for Gym servers.
 
-The modules map one to one to the API reference: `failure_kinds` (the vocabulary and
-classification), `failure_records` (the validated records), `failure_transport` (headers, rows,
-per-request logs and streams). `failures` holds the exceptions producers raise.
-"""
+The three modules of the API reference (``docs/spec/``) keep their names: `failure_kinds` (the
+vocabulary and classification), `failure_records` (the validated records) and `failure_transport`
+(the reference's transport names: header, rows, per-request log, stream reader).
+
+Where a failure report is made, sent, read and saved, in the order a failure travels::
+
+    failures.py           RAISED    NgFailureEvent and its per-boundary subclasses; cause chains
+    _request_log.py       OBSERVED  the per-request log (what a request saw besides its own failure)
+    reply.py              BUILT, SCRUBBED, FITTED, ENCODED: the one pipeline for every report a
+                                    reply carries (header, stream field, body)
+    redaction.py                    secrets: credential shapes, the request's own values, the
+                                    outbound secrets a server registers
+    _header.py                      the header and stream-field codec (encode, decode, unknown kinds)
+    asgi.py               SENT      the server middleware: ASGI plumbing around `reply`
+    client/               READ      the caller: rebuild a reply's failure, map transport errors, retry
+    _stream_reader.py     READ      the terminal SSE event of a relayed stream
+    rows.py               SAVED     the row contract: reading, writing, manifests
+    collection/                     dispatch rollouts, save rows, attempt budgets, resume
+    gate/                           the acceptance gate over saved rows
+    reporting/                      summary (DuckDB), explain (cause trees), the HTML report
+    cli/                            the `gym-failures` command line (commands apart from rendering)
+    demo/                           a local gym with injected faults (`make demo`)
+
+The core (`failure_kinds`, `failure_records`, `failures`, `failure_transport`, `reply`,
+`redaction`) needs only pydantic; every integration is an extra imported only when used.
+
 
 from gym_failures.failure_kinds import FailureClass, FailureStage, classify_failure
 from gym_failures.failure_records import (
