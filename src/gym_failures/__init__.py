@@ -25,6 +25,7 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
 
 The core (`failure_kinds`, `failure_records`, `failures`, `failure_transport`, `reply`,
 `redaction`) needs only pydantic; every integration is an extra imported only when used.
+"""
 
 
 from gym_failures.failure_kinds import FailureClass, FailureStage, classify_failure

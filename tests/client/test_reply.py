@@ -13,13 +13,15 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gym_failures.client import DEFAULT_KIND_BY_BOUNDARY, raise_boundary_failure, raise_for_status
-from gym_failures.client._reply import retry_after_s
+from gym_failures.client._reply import MAX_RETRY_AFTER_S, retry_after_s
 from gym_failures.failure_kinds import FAILURE_KINDS, MODEL_SERVER_ERROR, PROVIDER_UNAVAILABLE
 from gym_failures.failure_records import FailureBoundary
 from gym_failures.failure_transport import RequestFailureLog
@@ -301,3 +303,26 @@ async def test_a_small_failed_body_stays_readable_after_raise_for_status(client:
 
 async def plain_429(request: Request) -> Response:
     return PlainTextResponse('{"error": "quota exceeded"}', status_code=429)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("9" * 400, MAX_RETRY_AFTER_S),
+        ("604801", MAX_RETRY_AFTER_S),
+        ("604800", MAX_RETRY_AFTER_S),
+        ("0" * 20 + "5", 5.0),
+        ("Fri, 31 Dec 99999999999999999999 23:59:59 GMT", None),
+        ("Mon, 01 Jan 9999 00:00:00 GMT", MAX_RETRY_AFTER_S),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),
+        ("-5", None),
+    ],
+)
+def test_a_hostile_retry_after_is_bounded_not_raised(value: str, expected: float | None) -> None:
+    assert retry_after_s({"Retry-After": value}) == expected
+
+
+@given(value=st.text(st.characters(exclude_categories=())))
+def test_retry_after_never_raises(value: str) -> None:
+    wait = retry_after_s({"Retry-After": value})
+    assert wait is None or 0.0 <= wait <= MAX_RETRY_AFTER_S

@@ -3,7 +3,11 @@ row by row through the table."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import socket
+import threading
+from collections.abc import Iterator
 
 import aiohttp
 import httpx
@@ -157,3 +161,61 @@ def test_an_error_of_a_library_that_is_no_transport_error_passes_through(error: 
     with pytest.raises(type(error)) as raised, map_transport_errors("model"):
         raise error
     assert raised.value is error
+
+
+# --- A reply the client cannot parse -------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def raw_reply_server(reply: bytes) -> Iterator[str]:
+    """A loopback server that answers every connection with `reply`'s bytes, whatever they are."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(10)
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = listener.accept()
+                with connection:
+                    connection.recv(65536)
+                    connection.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1/responses"
+    finally:
+        listener.close()
+        thread.join(10)
+
+
+OVERSIZED_HEADER = (
+    b"HTTP/1.1 500 Internal Server Error\r\nX-NG-Failure-Report: "
+    + b"a" * 9000
+    + b"\r\nContent-Length: 2\r\n\r\nno"
+)
+
+
+async def test_a_reply_aiohttp_cannot_parse_is_a_peer_failure_not_an_http_error() -> None:
+    """aiohttp refuses a header line over 8190 bytes with a `ClientResponseError` of status 400 that
+    no error status was ever sent for; the caller sees a transport failure, delivery unknown."""
+    with raw_reply_server(OVERSIZED_HEADER) as url:
+        failure = await transport_failure("aiohttp", url)
+
+    assert_mapped(failure, TRANSPORT_PEER_DROP, "unknown", aiohttp.ClientResponseError)
+    assert "aaaa" not in failure.failure_reason
+
+
+async def raise_native_status(url: str) -> None:
+    with map_transport_errors("model", method="GET", url=url):
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            response.raise_for_status()
+
+
+async def test_an_error_status_from_aiohttps_own_raise_for_status_is_not_a_transport_failure() -> None:
+    reply = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"
+    with raw_reply_server(reply) as url, pytest.raises(aiohttp.ClientResponseError) as raised:
+        await raise_native_status(url)
+    assert raised.value.status == 503

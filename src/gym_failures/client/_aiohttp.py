@@ -63,7 +63,14 @@ async def _read_body(response: aiohttp.ClientResponse, limit: int) -> bytes:
 
 # A connector error whose errno says this host ran out of descriptors or ports is caught before this
 # table, by errno, whichever library raised it (`ClientConnectorError.errno` is its `os_error`'s).
+def _unreadable_reply(error: BaseException) -> bool:
+    """An error status carries no parse error; a reply aiohttp could not parse does (a header line over
+    its 8190-byte limit, a malformed status line): the peer answered, but nothing of it is readable."""
+    return isinstance(error.__cause__, aiohttp.http_exceptions.HttpProcessingError)
+
+
 TRANSPORT_ERRORS = (
+    TransportRule(aiohttp.ClientResponseError, TRANSPORT_PEER_DROP, "unknown", when=_unreadable_reply),
     TransportRule(aiohttp.ClientConnectorError, TRANSPORT_UNREACHABLE, "not_sent"),
     TransportRule(aiohttp.ConnectionTimeoutError, TRANSPORT_TIMEOUT, "not_sent"),
     TransportRule(aiohttp.ServerTimeoutError, TRANSPORT_TIMEOUT, "unknown"),

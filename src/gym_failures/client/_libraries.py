@@ -36,6 +36,9 @@ class TransportRule(NamedTuple):
     types: type[BaseException] | tuple[type[BaseException], ...]
     kind: str
     delivery: Delivery
+    when: Callable[[BaseException], bool] | None = None
+    """A further test of the error, for a type that also means something else (aiohttp raises
+    `ClientResponseError` both for an error status and for a reply it could not parse)."""
 
 
 @dataclass(frozen=True, slots=True)

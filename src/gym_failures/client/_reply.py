@@ -58,19 +58,28 @@ DEFAULT_KIND_BY_BOUNDARY: Mapping[FailureBoundary, str] = {
 by the boundary called. `model_request_error` is HTTP-shaped: classification refines it by status."""
 
 
+# A quota can reset in a day; no wait a client honours is longer than a week. A larger value (a
+# hostile or broken peer's 400-digit number, a date in the year 10**20) is read as this bound.
+MAX_RETRY_AFTER_S = 7 * 24 * 3600.0
+
+
 def retry_after_s(headers: Mapping[str, str]) -> float | None:
-    """The wait a `Retry-After` header asks for, in seconds (delta-seconds or an HTTP date)."""
+    """The wait a `Retry-After` header asks for, in seconds (delta-seconds or an HTTP date), at most
+    `MAX_RETRY_AFTER_S`; `None` without a readable one."""
     value = headers.get("Retry-After")
     if value is None:
         return None
     value = value.strip()
     if value.isascii() and value.isdigit():  # "²".isdigit() is true too
-        return float(value)
+        digits = value.lstrip("0") or "0"
+        # Any number of 10 digits or more is past the bound: never convert a peer's long digit string.
+        return min(float(digits), MAX_RETRY_AFTER_S) if len(digits) < 10 else MAX_RETRY_AFTER_S
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        wait = when.timestamp() - time.time()
+    except (TypeError, ValueError, OverflowError):
         return None
-    return max(0.0, when.timestamp() - time.time())
+    return min(max(0.0, wait), MAX_RETRY_AFTER_S)
 
 
 async def _content(library: HttpLibrary, response: object) -> bytes:

@@ -46,7 +46,7 @@ def transport_kind(error: BaseException) -> tuple[str, Delivery] | None:
     library = library_of(error)
     library_rules = () if library is None else library.transport_errors
     for rule in (*library_rules, *BUILTIN_TRANSPORT_ERRORS):
-        if isinstance(error, rule.types):
+        if isinstance(error, rule.types) and (rule.when is None or rule.when(error)):
             return rule.kind, rule.delivery
     return None
 
