@@ -27,7 +27,6 @@ The core (`failure_kinds`, `failure_records`, `failures`, `failure_transport`, `
 `redaction`) needs only pydantic; every integration is an extra imported only when used.
 """
 
-
 from gym_failures.failure_kinds import FailureClass, FailureStage, classify_failure
 from gym_failures.failure_records import (
     EpisodeFailure,

@@ -192,14 +192,33 @@ def _event_label(node: EventNode, prefix: str) -> Text:
     return label
 
 
-def _add_chain(tree: Tree, node: EventNode, prefix: str) -> None:
+# Each level of a tree indents by four columns: past this depth a terminal shows nothing readable, so
+# the rest of a chain is counted (`--json` holds it all, up to `MAX_TREE_DEPTH`).
+MAX_SHOWN_DEPTH = 16
+
+
+def _add_chain(tree: Tree, node: EventNode, prefix: str, depth: int = 1) -> None:
     branch = tree.add(_event_label(node, prefix))
-    if node.cause is not None:
-        _add_chain(branch, node.cause, "caused by ")
+    if node.cause is not None and depth == MAX_SHOWN_DEPTH:
+        hidden = _below(node.cause)
+        branch.add(cell(f"caused by {hidden} more events (not shown; --json has them)", style="dim"))
+    elif node.cause is not None:
+        _add_chain(branch, node.cause, "caused by ", depth + 1)
     elif node.cause_shown_above is not None:
         branch.add(cell(f"caused by {node.cause_shown_above} (shown above)", style="dim"))
+    elif node.causes_cut:
+        branch.add(cell(f"caused by {node.causes_cut} more events (not shown)", style="dim"))
     elif node.causes_may_be_omitted:
         branch.add(Text("[omitted] causes may have been lost on the way", style="yellow"))
+
+
+def _below(node: EventNode | None) -> int:
+    """The events of a chain from `node` down, those the explanation cut off included."""
+    count = 0
+    while node is not None:
+        count += 1 + node.causes_cut
+        node = node.cause
+    return count
 
 
 def explanation_tree(explanation: RowExplanation) -> Tree:

@@ -35,7 +35,7 @@ from gym_failures.failure_records import FailureEvent, FailureReport
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.rows import is_rollout_row, normalized
 
-__all__ = ["EventNode", "RowExplanation", "explain_row", "line_row", "rollout_rows"]
+__all__ = ["MAX_TREE_DEPTH", "EventNode", "RowExplanation", "explain_row", "line_row", "rollout_rows"]
 
 
 class EventNode(BaseModel):
@@ -50,6 +50,8 @@ class EventNode(BaseModel):
     """The event id of a cause already shown elsewhere in the tree."""
     causes_may_be_omitted: bool = False
     """The chain ends here in an omitted report: causes may have been lost on the way."""
+    causes_cut: int = 0
+    """Causes below this event not shown: the chain is deeper than `MAX_TREE_DEPTH`."""
 
 
 class RowExplanation(BaseModel):
@@ -77,18 +79,46 @@ class RowExplanation(BaseModel):
     """Why an invalid, torn or other line is no rollout row."""
 
 
+# A cause chain deeper than this is shown to this depth, the rest counted (`causes_cut`): no real chain
+# is (a failure's own projection stops at 64 too), and a saved report can be any depth.
+MAX_TREE_DEPTH = 64
+
+
 def _node(event_id: str, events: Mapping[str, FailureEvent], shown: set[str], omitted: bool) -> EventNode:
-    event = events[event_id]
-    shown.add(event_id)
-    data = event.model_dump(mode="json")
-    data["event_id"] = event_id
-    cause_id = event.cause_id
-    if cause_id is None:
-        return EventNode(event=data, causes_may_be_omitted=omitted)
-    if cause_id in shown:
-        return EventNode(event=data, cause_shown_above=cause_id)
-    # A validated report names only causes it holds (see the module docstring).
-    return EventNode(event=data, cause=_node(cause_id, events, shown, omitted))
+    """The chain from `event_id` down, built bottom up: a saved chain can be thousands deep."""
+    chain: list[tuple[str, FailureEvent]] = []
+    current: str | None = event_id
+    while current is not None and current not in shown and len(chain) < MAX_TREE_DEPTH:
+        shown.add(current)
+        chain.append((current, events[current]))
+        # A validated report names only causes it holds (see the module docstring).
+        current = events[current].cause_id
+    node: EventNode | None = None
+    for index, (shown_id, event) in enumerate(reversed(chain)):
+        data = event.model_dump(mode="json")
+        data["event_id"] = shown_id
+        if index > 0:
+            node = EventNode(event=data, cause=node)
+        elif current is None:
+            node = EventNode(event=data, causes_may_be_omitted=omitted)
+        elif current in shown:
+            node = EventNode(event=data, cause_shown_above=current)
+        else:
+            node = EventNode(event=data, causes_cut=_chain_length(current, events, shown))
+    assert node is not None
+    return node
+
+
+def _chain_length(event_id: str, events: Mapping[str, FailureEvent], shown: set[str]) -> int:
+    """How many events the chain from `event_id` has before it ends or reaches one already shown."""
+    seen = set(shown)
+    length = 0
+    current: str | None = event_id
+    while current is not None and current not in seen:
+        seen.add(current)
+        length += 1
+        current = events[current].cause_id
+    return length
 
 
 def _tree(report: FailureReport) -> tuple[EventNode | None, list[EventNode]]:
@@ -131,13 +161,23 @@ def explain_row(row: Mapping[str, Any], path: str = "", line: int | None = None)
         attempt=attempt if type(attempt) is int else None,
         final=row["final"] if isinstance(row.get("final"), bool) else None,
         final_reason=row["final_reason"] if isinstance(row.get("final_reason"), str) else None,
-        reward=float(reward) if isinstance(reward, int | float) and not isinstance(reward, bool) else None,
+        reward=_reward(reward),
         failure=dict(failure) if isinstance(failure, Mapping) else None,
         failure_id=report.failure_id,
         omitted=report.omitted,
         tree=tree,
         observations=observations,
     )
+
+
+def _reward(value: object) -> float | None:
+    """A saved reward as a float; `None` for anything else, an int past a float's range included."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
