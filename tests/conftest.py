@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.processes import free_port, stop, wait_listening
 
@@ -30,3 +32,9 @@ def agent_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(process)
+
+
+# `make fuzz` runs the property tests with this profile (HYPOTHESIS_PROFILE=fuzz); `make test` uses
+# hypothesis's default budget.
+settings.register_profile("fuzz", max_examples=20_000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import ctypes
 import dataclasses
@@ -62,6 +63,7 @@ from gym_failures.failure_kinds import (
     MODEL_SERVER_ERROR,
 )
 from gym_failures.failure_transport import FailureHeader, observe_failure
+from gym_failures.redaction import register_secret
 
 REASON_LEN = 200
 """Characters in the reason of each observed failure."""
@@ -110,10 +112,21 @@ async def _json_body(request: Request) -> dict[str, Any]:
 
 
 def _credentials(request: Request) -> tuple[str, str]:
-    """The request's bearer token and `api_key` query value, bare."""
+    """The request's credentials, bare, as a careless producer would quote them: the bearer token, the
+    Basic credential's decoded password and the session cookie's unquoted value (as one text), and the
+    `api_key` query value."""
     authorization = request.headers.get("authorization", "")
     token = authorization.split(None, 1)[-1] if authorization else ""
+    proxy = request.headers.get("proxy-authorization", "")
+    if proxy.lower().startswith("basic "):
+        token += " password " + base64.b64decode(proxy[6:]).decode().partition(":")[2]
+    if "sid" in request.cookies:
+        token += " session " + request.cookies["sid"].strip('"')
     return token, request.query_params.get("api_key", "")
+
+
+PROVIDER_KEY_CANARY = "plainProviderKeyCANARY5511"
+"""A key the model server holds for its provider, in no credential shape: only registration hides it."""
 
 
 # --- The model server ----------------------------------------------------------------------------
@@ -191,7 +204,9 @@ def _fail_like_a_provider(rid: str, origin: Origin) -> NoReturn:
 
 def _quoting_failure(request: Request, rid: str, state: ModelState) -> ModelFailure:
     token, api_key = _credentials(request)
-    reason = f"{rid}: the provider refused credential {token} for account {api_key}"
+    reason = (
+        f"{rid}: the provider refused credential {token} for account {api_key} (ours: {PROVIDER_KEY_CANARY})"
+    )
     state.raw_texts.append(reason)
     failure = ModelFailure(failure_kind=MODEL_SERVER_ERROR, failure_reason=reason, operation_id=rid)
     state.origin(rid).raised.append(failure.event_id)
@@ -530,6 +545,8 @@ def main(argv: list[str] | None = None) -> None:
         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s",
     )
     logging.getLogger("gym_failures").setLevel(args.log_level.upper())
+    if args.server == "model":
+        register_secret(PROVIDER_KEY_CANARY)  # what a server does at start-up with the keys it holds
     app = model_app() if args.server == "model" else agent_app(args.model_url)
     uvicorn.run(
         app,

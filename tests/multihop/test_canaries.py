@@ -1,6 +1,7 @@
-"""Canary secrets sent in a request's `Authorization` header and query string, or repeated by a provider
-SDK's error, never appear in a reply header, a reply body, a saved row, a rebuilt failure or a server's
-log line.
+"""Canary secrets sent in a request's `Authorization` header (Bearer), `Proxy-Authorization` (Basic),
+a quoted cookie and the query string, a provider key the model server registered, or one repeated by
+a provider SDK's error, never appear in a reply header, a reply body, a saved row, a rebuilt failure
+or a server's log line.
 
 The canary requests run once per module against their own servers, through an aiohttp and an httpx
 collector; the servers are stopped before their logs (stdout and stderr: uvicorn's log and the
@@ -11,6 +12,7 @@ request lines with their query strings, which is uvicorn's own log, not one a fa
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,12 +25,18 @@ from gym_failures import FailureReport, NgFailureEvent
 from gym_failures.failure_transport import FailureReportRow, StreamFailureReportReader
 from tests.multihop.collectors import AiohttpCollector, Collector, HttpxCollector
 from tests.multihop.conftest import Stack, running_stack
-from tests.multihop.servers import SDK_CANARY
+from tests.multihop.servers import PROVIDER_KEY_CANARY, SDK_CANARY
 
 AUTH_CANARY = "sk-CANARY-hdr-1f3a"
 QUERY_CANARY = "CANARYQUERYTOKEN77"
-CANARIES = (AUTH_CANARY, QUERY_CANARY, SDK_CANARY)
-HEADERS = {"Authorization": f"Bearer {AUTH_CANARY}"}
+BASIC_CANARY = "basicPasswordCANARY31"
+COOKIE_CANARY = "cookieValueCANARY8842"
+CANARIES = (AUTH_CANARY, QUERY_CANARY, SDK_CANARY, BASIC_CANARY, COOKIE_CANARY, PROVIDER_KEY_CANARY)
+HEADERS = {
+    "Authorization": f"Bearer {AUTH_CANARY}",
+    "Proxy-Authorization": "Basic " + base64.b64encode(f"alice:{BASIC_CANARY}".encode()).decode(),
+    "Cookie": f'sid="{COOKIE_CANARY}"; theme=dark',
+}
 PARAMS = {"api_key": QUERY_CANARY, "trace": "t-4f2a9c"}
 
 
