@@ -34,3 +34,29 @@ def test_no_private_name_is_imported_from_another_module(path: Path) -> None:
 def test_every_module_says_its_purpose_in_a_docstring(path: Path) -> None:
     docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
     assert docstring, f"{path.name} has no module docstring"
+
+
+LONG_FUNCTION = 80
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(SOURCE)))
+def test_a_function_over_80_lines_says_why(path: Path) -> None:
+    """A function longer than 80 lines has a comment starting "Over 80 lines:" right above it (or
+    above its decorators) saying why it is not split."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    unexplained = []
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        assert node.end_lineno is not None
+        if node.end_lineno - node.lineno + 1 <= LONG_FUNCTION:
+            continue
+        first = min([node.lineno, *(decorator.lineno for decorator in node.decorator_list)]) - 1
+        above = first - 1
+        while above >= 0 and lines[above].lstrip().startswith("#"):
+            if lines[above].lstrip().startswith("# Over 80 lines:"):
+                break
+            above -= 1
+        else:
+            unexplained.append(node.name)
+    assert unexplained == []

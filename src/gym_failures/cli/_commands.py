@@ -287,8 +287,8 @@ class _StreamMode(StrEnum):
     NEVER = "never"
 
 
-# Over 80 lines: thirty-five of them declare its options, and its body moves to the demo's own options
-# model (issue 9) rather than being split here.
+# Over 80 lines: thirty-five of them declare its options (checked by `DemoOptions`, not here), and the
+# rest prints what the run saved, in the order a reader wants it.
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option("--out", help="Parent of the run directory.")] = Path("runs"),
