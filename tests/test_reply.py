@@ -22,7 +22,15 @@ from gym_failures.failure_transport import (
 )
 from gym_failures.failures import AgentFailure, ModelFailure, SandboxFailure, sdk_error_details
 from gym_failures.redaction import REDACTED
-from gym_failures.reply import fit, own_chain, reply_headers, reply_report, scrub, stream_failure_field
+from gym_failures.reply import (
+    episode_response,
+    fit,
+    own_chain,
+    reply_headers,
+    reply_report,
+    scrub,
+    stream_failure_field,
+)
 from tests.test_asgi import in_process
 
 SECRET = "Zq9CanaryReplySecret"
@@ -319,3 +327,31 @@ async def test_a_handler_raising_text_with_a_lone_surrogate_gets_a_failure_reply
     assert report is not None
     assert report.failure_id is not None
     assert report.events[report.failure_id].failure_reason == "RuntimeError: stderr: \\udcff"
+
+
+def test_an_episode_body_is_scrubbed_of_the_requests_secrets() -> None:
+    log = request_log(SECRET)
+    failure = failure_quoting(SECRET)
+    token = RequestFailureLog._current.set(log)
+    try:
+        body = episode_response(failure=failure, terminal=True)
+    finally:
+        RequestFailureLog._current.reset(token)
+
+    assert body.failure is not None
+    assert body.failure.terminal
+    assert body.failure.failure_kind == MODEL_SERVER_ERROR
+    assert body.failure_report is not None
+    assert body.failure_report.failure_id == failure.event_id
+    assert SECRET not in body.model_dump_json()
+
+
+def test_a_success_body_carries_what_it_recovered_from_and_nothing_else() -> None:
+    with RequestFailureLog.capture():
+        assert episode_response(result={"reward": 1.0}).failure_report is None
+        observe_failure(failure_quoting("x"))
+        body = episode_response(result={"reward": 1.0})
+    assert body.result == {"reward": 1.0}
+    assert body.failure_report is not None
+    assert len(body.failure_report.events) == 1
+    assert body.failure_report.failure_id is None

@@ -16,7 +16,8 @@ raising it, such as a 429 that must stay a 429 (`reply_headers`):
     encode  the `X-NG-Failure-Report` header value, or the terminal stream event's field
 
 `reply_report` is the report after scrubbing, before fitting: what a reply's body carries
-(`BaseEpisodeResponse.failure_report` has no header to fit). `reply_headers` and
+(`BaseEpisodeResponse.failure_report` has no header to fit); `episode_response` builds that whole
+body, its `EpisodeFailure` reason scrubbed the same way. `reply_headers` and
 `stream_failure_field` are the whole pipeline. The middleware composes `scrub` and `fit` itself only
 because it also needs the scrubbed event for its reply's body.
 
@@ -32,12 +33,13 @@ from typing import Any, NamedTuple
 
 from gym_failures._header import OMITTED_HEADER_VALUE, FailureHeader
 from gym_failures._request_log import RequestFailureLog
-from gym_failures.failure_records import FailureEvent, FailureReport
-from gym_failures.failures import bounded_text, explicit_gym_failure
+from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureEvent, FailureReport
+from gym_failures.failures import NgFailureEvent, bounded_text, explicit_gym_failure
 from gym_failures.redaction import CUT_MARK, redact
 
 __all__ = [
     "FittedReport",
+    "episode_response",
     "fit",
     "own_chain",
     "reply_headers",
@@ -82,6 +84,26 @@ def stream_failure_field(error: BaseException | None = None) -> dict[str, Any]:
     merge into the payload of the stream's terminal event; `{}` when there is nothing to send."""
     value = FailureHeader.stream_value(fit(reply_report(error)).report)
     return {} if value is None else {FailureHeader.STREAM_FIELD: value}
+
+
+def episode_response(
+    *, result: dict[str, Any] | None = None, failure: NgFailureEvent | None = None, terminal: bool = False
+) -> BaseEpisodeResponse:
+    """The body an environment server replies with for one episode attempt: `result` (it ran to a
+    verdict) or `failure` (it did not; `terminal` says a retry cannot help), with the attempt's
+    report beside it. Every text in it is scrubbed of the request's own secrets, as a header is."""
+    report = reply_report(failure)
+    if failure is None:
+        carried = report if report.events or report.omitted else None
+        return BaseEpisodeResponse(result=result, failure_report=carried)
+    event = report.events[failure.event_id]
+    episode_failure = EpisodeFailure(
+        failure_kind=failure.failure_kind,
+        failure_reason=event.failure_reason,
+        stage=failure.stage,
+        terminal=terminal,
+    )
+    return BaseEpisodeResponse(failure=episode_failure, failure_report=report)
 
 
 def scrub(report: FailureReport, secrets: Sequence[str]) -> FailureReport:

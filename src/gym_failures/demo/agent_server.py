@@ -93,7 +93,7 @@ from gym_failures.failure_kinds import (
     MODEL_TRANSPORT_ERROR,
     FailureStage,
 )
-from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureBoundary
+from gym_failures.failure_records import FailureBoundary
 from gym_failures.failure_transport import StreamFailureReportReader
 from gym_failures.failures import (
     AgentFailure,
@@ -104,7 +104,7 @@ from gym_failures.failures import (
     SandboxFailure,
     rebuild_failure,
 )
-from gym_failures.reply import reply_report
+from gym_failures.reply import episode_response
 
 __all__ = ["API_KEY_ENV", "TERMINAL_KINDS", "create_app"]
 
@@ -184,20 +184,9 @@ class _Agent:
         try:
             result = await self._episode(body["task"], episode)
         except NgFailureEvent as failure:
-            reply = BaseEpisodeResponse(
-                failure=EpisodeFailure(
-                    failure_kind=failure.failure_kind,
-                    failure_reason=failure.failure_reason,
-                    stage=failure.stage,
-                    terminal=failure.failure_kind in TERMINAL_KINDS,
-                ),
-                failure_report=reply_report(failure),
-            )
+            reply = episode_response(failure=failure, terminal=failure.failure_kind in TERMINAL_KINDS)
         else:
-            report = reply_report(None)
-            reply = BaseEpisodeResponse(
-                result=result, failure_report=report if report.events or report.omitted else None
-            )
+            reply = episode_response(result=result)
         return JSONResponse(reply.model_dump(mode="json"))
 
     # --- One episode ----------------------------------------------------------------------------
