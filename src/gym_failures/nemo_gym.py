@@ -19,7 +19,9 @@ which `gym_failures.rows.normalized` applies to every row):
   row: `failure` = {`failure_kind`: the label (`LABEL_ALIASES` applied), `failure_reason`: the first
   string of `REASON_KEYS`, `stage`: `_ng_failure_stage`, `terminal`}; `final` is true when it is
   terminal or its attempt reaches the attempt budget (`max_rollout_attempts`), with `final_reason`
-  `terminal` or `attempt_budget_exhausted`. `_ng_failure_http_status` is the HTTP status readers use
+  `terminal` or `attempt_budget_exhausted`; `from_nemo_gym` true says the failure was read from these
+  keys (older rows have no attempt index, so readers count such rows per rollout, as NeMo Gym's
+  resume does: one attempt a row). `_ng_failure_http_status` is the HTTP status readers use
   when the row's report names none.
 - A row marked `_ng_no_persist` (kill-shaped) or `_ng_dispatch_drained` (cancelled) was never meant to
   be saved: `is_not_persisted`; readers skip it and count it.
@@ -126,6 +128,7 @@ CONTRACT_KEYS: frozenset[str] = frozenset(
         "masked",
         "rollout_failure",
         "reward_is_verdict",
+        "from_nemo_gym",
     }
 )
 """The row contract's own keys (`gym_failures.rows`): never part of a flat row's result."""
@@ -204,6 +207,7 @@ def _read_failure(row: dict[str, Any], max_attempts: int) -> None:
     if isinstance(stage, str):
         failure["stage"] = stage
     row["failure"] = failure
+    row["from_nemo_gym"] = True
     if not isinstance(row.get("final"), bool):
         attempt = _int(row.get("attempt")) or 1
         exhausted = attempt >= max_attempts

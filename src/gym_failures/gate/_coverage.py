@@ -12,7 +12,8 @@ Gym's `mask_sample`: a complete result that must not be trained on) is an outcom
 never scored and never a failure. A row with neither `result` nor `failure` is no rollout row and is
 skipped (`other_rows`); a row NeMo Gym marked never to be saved is skipped and counted apart
 (`not_persisted_rows`). Rows in NeMo Gym's own forms are read as `gym_failures.rows.normalized` reads
-them.
+them; a rollout whose NeMo Gym failure rows are as many as the attempt budget (older rows carry no
+attempt index) ends in its last one, as NeMo Gym's resume counts it.
 
 `expected`, the rollouts the run should have, comes from the caller when given (`expected_source`
 `"given"`); else, for `read_coverage`, from the collection manifests beside the row files
@@ -47,7 +48,7 @@ from gym_failures.failure_kinds import (
 )
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.gate._answers import DEFAULT_RULES, GateRule, derive_gate_kind, has_verdict
-from gym_failures.nemo_gym import FAILURE_HTTP_STATUS
+from gym_failures.nemo_gym import FAILURE_HTTP_STATUS, max_rollout_attempts
 from gym_failures.rows import (
     JsonlScan,
     is_not_persisted,
@@ -204,6 +205,8 @@ def rollout_coverage(
     outcomes: dict[str, _Outcome] = {}
     seen: set[str] = set()
     retried = other = not_persisted = 0
+    # NeMo Gym's own failure rows, per rollout: one attempt a row, whatever their attempt indices say.
+    nemo_failures: dict[str, list[Mapping[str, Any]]] = {}
     for index, raw in enumerate(rows):
         row = normalized(raw, max_attempts)
         if is_not_persisted(row):
@@ -218,10 +221,20 @@ def rollout_coverage(
         outcome = _outcome(row, rules, config)
         if outcome is None:
             retried += 1
+            if row.get("from_nemo_gym") is True:
+                nemo_failures.setdefault(key, []).append(row)
             continue
         current = outcomes.get(key)
         if current is None or (outcome.rank, outcome.attempt) >= (current.rank, current.attempt):
             outcomes[key] = outcome
+    budget = max_rollout_attempts() if max_attempts is None else max_attempts
+    for key, failures in nemo_failures.items():
+        if key not in outcomes and len(failures) >= budget:
+            # Older rows carry no attempt index: the budget is spent by count, as NeMo Gym's resume
+            # counts it, and the last row is the final failure (no longer a retried attempt).
+            closing = {**failures[-1], "final": True, "final_reason": "attempt_budget_exhausted"}
+            outcomes[key] = cast(_Outcome, _outcome(closing, rules, config))
+            retried -= 1
     coverage = _coverage(outcomes, len(seen), retried, other, expected)
     return coverage.model_copy(update={"not_persisted_rows": not_persisted}) if not_persisted else coverage
 

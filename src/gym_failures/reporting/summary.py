@@ -158,15 +158,16 @@ SELECT
         TRY_CAST(CAST(struct_extract(event, 'http_status') AS VARCHAR) AS INTEGER),
         CASE WHEN _int(_ng_failure_http_status) BETWEEN 100 AND 599 THEN _int(_ng_failure_http_status) END)
     END AS http_status,
+    -- Named apart from the input column `attempt`, which a later expression would read instead.
     CASE WHEN is_failure THEN coalesce(
         _int(attempt),
         CASE WHEN _int(_ng_attempt_index) >= 0 THEN _int(_ng_attempt_index) + 1 END,
         1)
-    END AS attempt,
+    END AS attempt_number,
     is_failure AND CASE
         WHEN NOT nemo_failure OR json_type(final) = 'BOOLEAN' THEN _true(final)
-        ELSE _true(_ng_failure_terminal) OR attempt >= {max_attempts}
-    END AS final,
+        ELSE _true(_ng_failure_terminal) OR attempt_number >= {max_attempts}
+    END AS final_outcome,
     CASE WHEN is_failure THEN CASE WHEN nemo_failure THEN coalesce(
         _str(_ng_failure_message), _str(_ng_failure_judge_error), _str(failure_reason), _str(error),
         _str(_ng_failure_reason), '')
@@ -187,8 +188,8 @@ FROM {source}
 _GROUPED = """
 CREATE TEMP TABLE grouped AS
 SELECT
-    not_persisted, is_failure, is_success, masked, recovered, kind, stage, boundary, http_status, attempt,
-    final,
+    not_persisted, is_failure, is_success, masked, recovered, kind, stage, boundary, http_status,
+    attempt_number AS attempt, final_outcome AS final,
     CASE WHEN length(reason) > {reason_chars}
         THEN left(reason, {reason_chars} - 1) || '…' ELSE reason END AS reason,
     quota, sum(w) AS n
@@ -343,7 +344,8 @@ def summarize(
 
 def projection(source: str, max_attempts: int | None = None) -> str:
     """The per-row projection (`w`, `not_persisted`, `is_failure`, `is_success`, `masked`, `kind`,
-    `stage`, `boundary`, `http_status`, `attempt`, `final`, `reason`, `recovered`, `quota`) over the
+    `stage`, `boundary`, `http_status`, `attempt_number`, `final_outcome`, `reason`, `recovered`,
+    `quota`) over the
     table expression `source`, which supplies `COLUMNS` and a row weight `w`. `max_attempts` is the
     budget that makes a NeMo Gym failure row final (NeMo Gym's own, `max_rollout_attempts()`, when
     None). The statement uses the macros `MACROS` creates."""
