@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gym_failures import nemo_gym
@@ -180,7 +180,7 @@ _SCALAR = st.one_of(
     st.just({}),
     st.just([1]),
 )
-_LABEL = st.one_of(st.sampled_from(["judge_failed", "protocol_violation", "timeout_exceeded"]), _SCALAR)
+_LABEL = st.sampled_from(["judge_failed", "protocol_violation", "timeout_exceeded", "", None, 5, True])
 _FAILURE = st.one_of(
     _SCALAR,
     st.fixed_dictionaries(
@@ -284,8 +284,10 @@ def _sql_counts(path: Path, max_attempts: int) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(_ROW, max_size=8), max_attempts=st.integers(1, 3))
+@example(rows=[{"_ng_failure_class": "protocol_violation", "_ng_attempt_index": 2}], max_attempts=3)
+@example(rows=[{"reward": None, "response": "x", "failure_kind": "judge_failed"}], max_attempts=3)
 def test_the_summarys_sql_counts_every_row_as_python_reads_it(
     tmp_path: Path, rows: list[dict[str, Any]], max_attempts: int
 ) -> None:
