@@ -79,13 +79,13 @@ async def run(request: Request) -> Response:
         # An HTTP error without a report, its body quoting what the task asks it to (canary secrets).
         return Response(str(task.get("body", "")).encode(), status_code=502, media_type="text/plain")
     if mode == "masked":
-        reply = {
+        masked: dict[str, Any] = {
             "reward": 0.0,
             "response": {"output": []},
             "mask_sample": True,
             "failure_reason": "no verdict",
         }
-        return JSONResponse(BaseEpisodeResponse(result=reply).model_dump(mode="json"))
+        return JSONResponse(BaseEpisodeResponse(result=masked).model_dump(mode="json"))
     if mode == "nan_reward":
         return Response(b'{"result": {"reward": NaN}}', media_type="application/json")
     raise ValueError(f"unknown mode {mode!r}")

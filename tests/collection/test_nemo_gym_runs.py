@@ -1,4 +1,4 @@
-"""Collection over NeMo Gym run directories: resume, the rows written in both forms, the per-attempt record."""
+"""Collection over NeMo Gym run directories: resume, rows written in both forms, the per-attempt record."""
 
 from __future__ import annotations
 
