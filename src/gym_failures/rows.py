@@ -14,8 +14,9 @@ Row contract (one JSON object a line; every row has these keys):
 - the report under `FailureReportRow.KEYS` (`_ng_failure_events`, `_ng_failure_id`,
   `_ng_failure_events_omitted`), present when anything was observed.
 
-A success row (in `<output>.jsonl`) adds `result` (the agent's result object) and `reward` (copied
-from `result["reward"]`). A failure row (in `<output>_failures.jsonl`) adds `failure` (the
+A success row (in `<output>.jsonl`) adds `result` (the agent's result object), `reward` (copied
+from `result["reward"]`) and `response` (moved out of `result` to the top level, where NeMo Gym reads
+it; `normalized` puts it back). A failure row (in `<output>_failures.jsonl`) adds `failure` (the
 `EpisodeFailure`), `final` (no attempt will follow) and `final_reason` (`terminal` or
 `attempt_budget_exhausted`, `null` while retries remain); it never has a `reward`.
 A row with neither `result` nor `failure` (a record a tool wrote beside the rollouts) is no outcome of
@@ -33,8 +34,10 @@ such as `/result/reward`). A reader that does not know the key still reads a val
 silently turned into a number. (The collector itself refuses a reply whose reward is not finite; see
 `gym_failures.collection`.)
 
-Earlier NeMo Gym runs saved failures in a sidecar form, `_ng_failure_class` (the failure's label) and
-`_ng_failure_terminal`; `normalized` reads such a row as a failure row (final when terminal).
+Every row also carries NeMo Gym's keys (`gym_failures.nemo_gym`), and every form NeMo Gym writes is
+read: `normalized` turns a NeMo Gym row into this contract (its flat completed rows, masked results,
+failure sidecar rows old and new), and `is_rollout_row` is false for a row NeMo Gym marked never to be
+saved. docs/rows.md lists every key, who writes it and who reads it.
 
 Each run's manifest, `<output>.manifest.json` beside `<output>.jsonl` and `<output>_failures.jsonl`
 (`manifest_path`, `failures_path`), records what the run expected (`manifest_expected_rollouts`).

@@ -29,7 +29,7 @@ def _copy(case: str, tmp_path: Path) -> Path:
 def _config(run: Path, agent_url: str, **options: Any) -> CollectionConfig:
     expected = json.loads((run / "expected.json").read_text())
     return CollectionConfig(
-        input_path=run / "tasks.jsonl",
+        input_path=run / "input" / "tasks.jsonl",
         output_path=run / "rollouts.jsonl",
         agent_url=agent_url,
         num_repeats=expected["num_repeats"],
@@ -100,7 +100,7 @@ async def test_a_resumed_run_keeps_every_rollout_once_with_continuous_attempts(
             outcomes[row["rollout_id"]] += 1
         if not row.get("closed_on_resume"):
             attempts[row["rollout_id"]].append(row["attempt"])
-    tasks = len(_lines(run / "tasks.jsonl"))
+    tasks = len(_lines(run / "input" / "tasks.jsonl"))
     assert set(outcomes) == {
         f"{task}:{repeat}" for task in range(tasks) for repeat in range(config.num_repeats)
     }

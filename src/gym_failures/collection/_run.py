@@ -34,10 +34,26 @@ the body carries it whole: when the body has a report, that header-only marker i
 body's own `omitted` flag says whether events were lost); events in the header still are.
 
 Retries: a failure with `terminal=True` is final at once; any other is retried until the rollout has
-used `max_attempts` attempts, and the last failure row then says `attempt_budget_exhausted`.
+used `max_attempts` attempts (3, or NeMo Gym's `NEMO_GYM_MAX_ROLLOUT_ATTEMPTS`), and the last failure
+row then says `attempt_budget_exhausted`. What the collector saw decides what may be replayed: an
+attempt never sent is always retried; one that may have reached the agent (timed out or reset after
+sending) is retried unless `replay_possibly_delivered` is False, when it is final
+(`possibly_delivered`).
 
-Resume: both output files are read; a rollout with a success row or a final failure row is done, and
-any other continues at its next attempt number. A rollout whose recorded attempts already use up
+Each failure row carries the attempt's `RolloutFailure` record (`rollout_failure`): `source`
+`environment` when the agent answered with the failure, `collector` otherwise; `delivery` from the
+client's `HttpDetails.delivery` (`not_sent`, `unknown` -> `possibly_delivered`, `answered` ->
+`delivered`); the reply's status; the error's type. A failed reply without a report keeps its
+redacted body excerpt (at most 512 characters, the agent URL's own secrets removed too) under
+`_ng_failure_response_body`. Every row carries NeMo Gym's keys beside ours (docs/rows.md), and is
+written at one place (`Collector._write`).
+
+Resume: both output files are read, in any form NeMo Gym or gym-failures wrote
+(`gym_failures.rows.normalized`; rows NeMo Gym marked never to be saved are ignored and counted); a
+rollout with a success row or a final failure row is done, and any other continues at its next attempt
+number: one past the highest attempt, or past its number of failure rows when that is more (older NeMo
+Gym rows carry no attempt index). An output NeMo Gym wrote has no manifest: a resume accepts it when its
+first row is NeMo Gym's (its `_ng_task_index`, no `rollout_id`), and writes the manifest from then on. A rollout whose recorded attempts already use up
 `max_attempts` (lowered since the earlier run) is not dispatched again: a copy of its last failure row
 closes it (`final_reason` `attempt_budget_exhausted`, `closed_on_resume` true).
 
