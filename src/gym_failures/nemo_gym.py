@@ -221,10 +221,12 @@ def read_nemo_gym(row: dict[str, Any], max_attempts: int | None = None) -> None:
     `max_attempts` is the budget that makes a non-terminal failure final (`max_rollout_attempts()` when
     None). Nothing is removed but JSON nulls of `result` and `failure`, which mean no outcome.
     """
-    for key in ("failure", "result"):
-        if key in row and row[key] is None:
-            del row[key]
-    _read_identity(row)
+    if row.get("failure", False) is None:
+        del row["failure"]
+    if row.get("result", False) is None:
+        del row["result"]
+    if type(row.get("attempt")) is not int or not isinstance(row.get("rollout_id"), str):
+        _read_identity(row)  # a row of ours names both: the common case skips the lookups
     if "failure" not in row and row.get(FAILURE_CLASS) is not None:
         _read_failure(row, max_rollout_attempts() if max_attempts is None else max_attempts)
         return
@@ -242,7 +244,11 @@ def read_nemo_gym(row: dict[str, Any], max_attempts: int | None = None) -> None:
         }
         if "verification" not in row["result"]:
             row["reward_is_verdict"] = True
-    elif isinstance(result, Mapping) and "response" in row and "response" not in result:
+    elif (
+        "response" in row
+        and (type(result) is dict or isinstance(result, Mapping))
+        and "response" not in result
+    ):
         # gym-failures keeps the response at the top level, where NeMo Gym reads it, and not twice.
         row["result"] = {**result, "response": row["response"]}
     if row.get("mask_sample") is True or isinstance(row.get("failure_kind"), str):

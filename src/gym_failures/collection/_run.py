@@ -53,7 +53,8 @@ Resume: both output files are read, in any form NeMo Gym or gym-failures wrote
 rollout with a success row or a final failure row is done, and any other continues at its next attempt
 number: one past the highest attempt, or past its number of failure rows when that is more (older NeMo
 Gym rows carry no attempt index). An output NeMo Gym wrote has no manifest: a resume accepts it when its
-first row is NeMo Gym's (its `_ng_task_index`, no `rollout_id`), and writes the manifest from then on. A rollout whose recorded attempts already use up
+first row is NeMo Gym's (its `_ng_task_index`, no `rollout_id`), and writes the manifest from then on.
+A rollout whose recorded attempts already use up
 `max_attempts` (lowered since the earlier run) is not dispatched again: a copy of its last failure row
 closes it (`final_reason` `attempt_budget_exhausted`, `closed_on_resume` true).
 
