@@ -294,3 +294,21 @@ def test_the_summarys_sql_counts_every_row_as_python_reads_it(
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert _sql_counts(path, max_attempts) == _python_counts(rows, max_attempts)
+
+
+_KEYS = st.sampled_from(
+    [*sorted(nemo_gym.CONTRACT_KEYS), "_ng_x", "reward", "response", "error", *nemo_gym.REASON_KEYS,
+     nemo_gym.FAILURE_CLASS, nemo_gym.TASK_INDEX, nemo_gym.ATTEMPT_INDEX, nemo_gym.ROLLOUT_ID]
+)  # fmt: skip
+
+
+@given(st.dictionaries(_KEYS, _SCALAR | st.dictionaries(_TEXT, _SCALAR, max_size=2), max_size=8))
+def test_reading_any_row_keeps_every_key_and_never_raises(row: dict[str, Any]) -> None:
+    """Every key that is not the contract's keeps its value; a contract key is only ever filled in
+    (a value of the wrong type replaced), never removed, but for a null `failure` or `result`."""
+    read = normalized(row)
+    foreign = {key: value for key, value in row.items() if key not in nemo_gym.CONTRACT_KEYS}
+    assert {key: read[key] for key in foreign} == foreign
+    kept = {key for key, value in row.items() if value is not None or key not in ("failure", "result")}
+    assert kept <= set(read)
+    assert normalized(read) == read, "reading twice reads the same"

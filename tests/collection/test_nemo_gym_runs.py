@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from gym_failures import nemo_gym
 from gym_failures.collection import CollectionConfig, collect, read_rows
@@ -237,3 +238,41 @@ async def test_a_masked_result_is_saved_as_a_masked_success(tmp_path: Path, agen
     assert not config.failures_path.exists() or not _lines(config.failures_path)
     (row,) = read_rows(config.output_path)
     assert row["masked"] is True
+
+
+async def test_a_run_directory_names_its_rows_file(tmp_path: Path, agent_url: str) -> None:
+    run = _copy("failed", tmp_path)
+    config = CollectionConfig(input_path=run / "input" / "tasks.jsonl", output_path=run, agent_url=agent_url)
+    assert config.output_path == run / "rollouts.jsonl"
+    summary = await collect(config)
+    assert (summary.already_done, summary.attempts) == (1, 1)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert CollectionConfig(
+        input_path=run / "input" / "tasks.jsonl", output_path=empty, agent_url=agent_url
+    ).output_path == (empty / "rollouts.jsonl")
+
+
+def test_a_run_directory_with_two_row_files_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text("")
+    (tmp_path / "b.jsonl").write_text("")
+    with pytest.raises(ValidationError, match="several row files"):
+        CollectionConfig(
+            input_path=tmp_path / "t.jsonl", output_path=tmp_path, agent_url="http://127.0.0.1:1"
+        )
+
+
+@pytest.mark.parametrize(("size", "kept"), [(512, 512), (513, 512)])
+async def test_the_kept_body_is_bounded_at_512_characters(
+    size: int, kept: int, tmp_path: Path, agent_url: str
+) -> None:
+    body = "b" * size
+    config = CollectionConfig(
+        input_path=_tasks(tmp_path, [{"mode": "error_body", "body": body}]),
+        output_path=tmp_path / "out" / "rollouts.jsonl",
+        agent_url=agent_url,
+        max_attempts=1,
+    )
+    await collect(config)
+    (row,) = read_rows(config.failures_path)
+    assert row[nemo_gym.FAILURE_RESPONSE_BODY] == body[:kept]

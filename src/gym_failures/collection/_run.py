@@ -112,6 +112,7 @@ from gym_failures.failures import (
 from gym_failures.redaction import redact, url_secrets, url_without_secrets
 from gym_failures.rollout_failure import Delivery, RolloutFailure, delivery_of
 from gym_failures.rows import (
+    FAILURES_SUFFIX,
     JsonlScan,
     RowWriter,
     TaskScan,
@@ -139,7 +140,8 @@ class CollectionConfig(BaseModel):
 
     input_path: Path
     output_path: Path
-    """`<output>.jsonl`; failures go to `<output>_failures.jsonl` beside it."""
+    """`<output>.jsonl`; failures go to `<output>_failures.jsonl` beside it. A directory names the one
+    `<output>.jsonl` in it (a run directory, NeMo Gym's included), or `rollouts.jsonl` when it has none."""
     agent_url: str
     num_repeats: int = Field(default=1, ge=1)
     concurrency: int = Field(default=16, ge=1)
@@ -153,6 +155,23 @@ class CollectionConfig(BaseModel):
     """Retry an attempt that may have reached the agent (timed out or reset after sending). An agent
     that cannot run an episode twice safely sets this to False: such an attempt is then final
     (`final_reason` `possibly_delivered`). An attempt never sent is always retried within the budget."""
+
+    @field_validator("output_path")
+    @classmethod
+    def _run_directory(cls, value: Path) -> Path:
+        # A run directory (NeMo Gym's, or ours) names its rows file: the one `<name>.jsonl` in it
+        # that is no `_failures` sidecar; `rollouts.jsonl` in an empty directory.
+        if not value.is_dir():
+            return value
+        candidates = sorted(
+            path
+            for path in value.glob("*.jsonl")
+            if path.is_file() and not path.stem.endswith(FAILURES_SUFFIX)
+        )
+        if len(candidates) > 1:
+            names = ", ".join(path.name for path in candidates)
+            raise ValueError(f"output_path is a directory with several row files ({names}); name one")
+        return candidates[0] if candidates else value / "rollouts.jsonl"
 
     @field_validator("agent_url")
     @classmethod
