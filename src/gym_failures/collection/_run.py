@@ -398,7 +398,8 @@ def _pending(
             if used >= config.max_attempts and key in last:
                 closing.append(
                     {
-                        **last[key][1],
+                        # What the reader added to say where the row came from is not the row's.
+                        **{name: value for name, value in last[key][1].items() if name != "from_nemo_gym"},
                         "final": True,
                         "final_reason": "attempt_budget_exhausted",
                         "closed_on_resume": True,

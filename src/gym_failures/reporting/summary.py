@@ -9,21 +9,28 @@ an aggregate over that table. Responsibility (`classify_failure`) is applied in 
 distinct (kind, stage, HTTP status), a handful of groups however many rows there are. The files are
 read once; memory stays at DuckDB's read buffers plus the distinct keys.
 
-What is counted:
+What is counted, by the rules of `gym_failures.rows.normalized` (NeMo Gym's row forms included,
+`gym_failures.nemo_gym`; a differential test in `tests/test_nemo_gym.py` keeps this SQL and that
+Python equal over generated files):
 
-- A failure row is a row with `failure` (or the legacy `_ng_failure_class`); every one is counted,
+- A row NeMo Gym marked never to be saved (`_ng_no_persist`, `_ng_dispatch_drained`) is no outcome:
+  counted as `not_persisted_rows`, nothing else.
+- A failure row is a row with `failure`, or NeMo Gym's `_ng_failure_class`; every one is counted,
   because each is one failed attempt. (The one exception, a row a resumed collector wrote to close a
   rollout past a lowered attempt budget, `closed_on_resume`, repeats its last attempt's failure; it is
   rare and counted like any other row, so that every count stays a plain sum over the files.)
-  `final` counts the failure rows after which no attempt followed
-  (`final` is `true`, or a legacy row's `_ng_failure_terminal`). Shares are of all failure rows.
-- Its kind, stage and reason are the row's `EpisodeFailure`'s; the failure event
-  (`_ng_failure_events[_ng_failure_id]`) supplies the boundary and HTTP status, and the kind and
-  stage where the envelope has none. A row without an attempt number is a first attempt.
-- A success row is any other row with a `result`; it is counted, and marked recovered when its report
-  holds events (failures it recovered from on the way).
+  `final` counts the failure rows after which no attempt followed (`final` is `true`; a NeMo Gym row
+  is final when terminal or at the attempt budget). Shares are of all failure rows.
+- Its kind, stage and reason are the row's `EpisodeFailure`'s (a NeMo Gym row's label, stage and
+  first reason key); the failure event (`_ng_failure_events[_ng_failure_id]`) supplies the boundary
+  and HTTP status (else `_ng_failure_http_status`), and the kind and stage where the envelope has
+  none. A row without an attempt number is a first attempt (NeMo Gym's `_ng_attempt_index` + 1).
+- A success row is any other row with a `result`, a `reward` or a `response` (NeMo Gym's completed
+  rows are flat); it is counted, marked recovered when its report holds events (failures it recovered
+  from on the way), and counted as masked (`masked_success_rows`) when NeMo Gym's `mask_sample` (or a
+  `failure_kind`) says it must not be trained on.
 - Anything else (a line that is not JSON, not an object, or an object that is neither kind) is counted
-  as `other_rows` and never raises.
+  as `other_rows` and never raises. JSON `null` counts as absent, as DuckDB reads it.
 - A file whose last line has no newline ends in a torn append (a collector killed mid-write); as in
   `gym_failures.rows.read_rows`, that line is never counted as a row, even when it happens to be
   complete JSON. DuckDB cannot skip a byte range, so the torn line is read again from a scratch copy and
