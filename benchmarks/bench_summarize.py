@@ -276,6 +276,7 @@ def _child(subject: str, path: Path) -> dict[str, float]:
         size = len(output)
     else:
         connection = duckdb.connect(":memory:")
+        connection.execute(summary.MACROS)
         source = f"(SELECT *, 1 AS w FROM {summary.read_json_source([path])})"
         query = (
             "SELECT kind, stage, boundary, http_status, count(*) FROM ("

@@ -17,12 +17,15 @@ MODULES = [
     "gym_failures.failure_transport",
     "gym_failures.failures",
     "gym_failures.gate",
+    "gym_failures.nemo_gym",
     "gym_failures.redaction",
     "gym_failures.reply",
     "gym_failures.reporting.explain",
     "gym_failures.reporting.html",
     "gym_failures.reporting.summary",
+    "gym_failures.rollout_failure",
     "gym_failures.rows",
+    "gym_failures.wire_contract",
 ]
 
 

@@ -14,8 +14,9 @@ Row contract (one JSON object a line; every row has these keys):
 - the report under `FailureReportRow.KEYS` (`_ng_failure_events`, `_ng_failure_id`,
   `_ng_failure_events_omitted`), present when anything was observed.
 
-A success row (in `<output>.jsonl`) adds `result` (the agent's result object) and `reward` (copied
-from `result["reward"]`). A failure row (in `<output>_failures.jsonl`) adds `failure` (the
+A success row (in `<output>.jsonl`) adds `result` (the agent's result object), `reward` (copied
+from `result["reward"]`) and `response` (moved out of `result` to the top level, where NeMo Gym reads
+it; `normalized` puts it back). A failure row (in `<output>_failures.jsonl`) adds `failure` (the
 `EpisodeFailure`), `final` (no attempt will follow) and `final_reason` (`terminal` or
 `attempt_budget_exhausted`, `null` while retries remain); it never has a `reward`.
 A row with neither `result` nor `failure` (a record a tool wrote beside the rollouts) is no outcome of
@@ -33,8 +34,10 @@ such as `/result/reward`). A reader that does not know the key still reads a val
 silently turned into a number. (The collector itself refuses a reply whose reward is not finite; see
 `gym_failures.collection`.)
 
-Earlier NeMo Gym runs saved failures in a sidecar form, `_ng_failure_class` (the failure's label) and
-`_ng_failure_terminal`; `normalized` reads such a row as a failure row (final when terminal).
+Every row also carries NeMo Gym's keys (`gym_failures.nemo_gym`), and every form NeMo Gym writes is
+read: `normalized` turns a NeMo Gym row into this contract (its flat completed rows, masked results,
+failure sidecar rows old and new), and `is_rollout_row` is false for a row NeMo Gym marked never to be
+saved. docs/rows.md lists every key, who writes it and who reads it.
 
 Each run's manifest, `<output>.manifest.json` beside `<output>.jsonl` and `<output>_failures.jsonl`
 (`manifest_path`, `failures_path`), records what the run expected (`manifest_expected_rollouts`).
@@ -51,6 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from gym_failures.nemo_gym import FAILURE_CLASS, FAILURE_TERMINAL, is_not_persisted, read_nemo_gym
+
 __all__ = [
     "FAILURES_SUFFIX",
     "LEGACY_CLASS",
@@ -61,6 +66,7 @@ __all__ = [
     "RowWriter",
     "TaskScan",
     "failures_path",
+    "is_not_persisted",
     "is_rollout_row",
     "manifest_expected_rollouts",
     "manifest_path",
@@ -76,8 +82,8 @@ __all__ = [
 # its name so that logging configured for it still applies.
 _LOGGER = logging.getLogger("gym_failures.collection")
 
-LEGACY_CLASS = "_ng_failure_class"
-LEGACY_TERMINAL = "_ng_failure_terminal"
+LEGACY_CLASS = FAILURE_CLASS
+LEGACY_TERMINAL = FAILURE_TERMINAL
 NONFINITE = "_ng_nonfinite"
 """The row key that keeps the text of the non-finite numbers `RowWriter` wrote as `null`."""
 MANIFEST_SUFFIX = ".manifest.json"
@@ -88,20 +94,12 @@ def rollout_id(task_index: int, rollout_index: int) -> str:
     return f"{task_index}:{rollout_index}"
 
 
-def normalized(row: Mapping[str, Any]) -> dict[str, Any]:
-    """`row` in the current contract; a legacy sidecar failure row gains `failure` and `final`."""
+def normalized(row: Mapping[str, Any], max_attempts: int | None = None) -> dict[str, Any]:
+    """`row` in the current contract, whatever wrote it: a NeMo Gym row gains the contract keys its
+    `_ng_*` keys stand for (`gym_failures.nemo_gym.read_nemo_gym`; `max_attempts` is the budget that
+    makes a NeMo Gym failure final, NeMo Gym's own when None). No key is removed."""
     result = dict(row)
-    if "failure" not in result and LEGACY_CLASS in result:
-        terminal = result.get(LEGACY_TERMINAL) is True
-        label = result.get(LEGACY_CLASS)
-        result["failure"] = {
-            "failure_kind": label if isinstance(label, str) else None,
-            "failure_reason": str(result.get("_ng_failure_reason", "")),
-            "terminal": terminal,
-        }
-        result.setdefault("final", terminal)
-        result.setdefault("final_reason", "terminal" if terminal else None)
-        result.setdefault("attempt", 1)
+    read_nemo_gym(result, max_attempts)
     if "rollout_id" not in result:
         # Only real integers make an id: a row is never refused (nor raises) for a bad index; without
         # an id it is a rollout of its own.
@@ -112,11 +110,12 @@ def normalized(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def is_rollout_row(row: Mapping[str, Any]) -> bool:
-    """Whether `row` (normalized) records a rollout's attempt: it has a `result` or a `failure`.
+    """Whether `row` (normalized) records a rollout's attempt: it has a `result` or a `failure`, and
+    was not marked never to be saved (`is_not_persisted`).
 
     A row with neither (a record a tool wrote beside the rollouts) is no outcome of any rollout.
     """
-    return "failure" in row or "result" in row
+    return ("failure" in row or "result" in row) and not is_not_persisted(row)
 
 
 def manifest_path(output_path: Path) -> Path:
@@ -177,11 +176,16 @@ class JsonlScan:
     invalid_lines: list[int] = field(default_factory=list)
     torn_tail: bytes | None = None
     """An unterminated last line: a crash in the middle of an append."""
+    not_persisted: int = 0
+    """Rows NeMo Gym marked never to be saved (`is_not_persisted`); still yielded, for readers to skip."""
 
 
-def read_rows(path: Path, scan: JsonlScan | None = None) -> Iterator[dict[str, Any]]:
-    """The rows of `path` (none if it does not exist). A line that is not a JSON object is reported
-    and skipped; an unterminated last line is a torn append, reported and never counted as a row."""
+def read_rows(
+    path: Path, scan: JsonlScan | None = None, max_attempts: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """The rows of `path`, normalized (none if it does not exist). A line that is not a JSON object is
+    reported and skipped; an unterminated last line is a torn append, reported and never counted as a
+    row. `max_attempts` is passed to `normalized`."""
     scan = scan if scan is not None else JsonlScan(path)
     if not path.exists():
         return
@@ -201,7 +205,8 @@ def read_rows(path: Path, scan: JsonlScan | None = None) -> Iterator[dict[str, A
                     _LOGGER.warning("%s:%d: not a JSON object, skipped", path, number)
                 continue
             scan.rows += 1
-            yield normalized(row)
+            scan.not_persisted += is_not_persisted(row)
+            yield normalized(row, max_attempts)
 
 
 @dataclass

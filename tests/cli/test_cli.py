@@ -17,6 +17,7 @@ from typer.testing import CliRunner, Result
 from gym_failures.cli import app
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import AgentFailure, ModelFailure
+from gym_failures.rows import read_rows
 from tests.saved_rows import (
     context_limit,
     failure_row,
@@ -598,7 +599,7 @@ def test_demo_sends_the_policy_to_an_external_endpoint(
     assert demo["policy"] == {"base_url": external_endpoint, "model": "external-model"}
     assert demo["fault_plan"]["limits"]["policy_timeout_s"] == 7.0
     assert json.loads((run_dir / "demo_config.json").read_text())["stream"] == "never"
-    rows = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    rows = list(read_rows(run_dir / "rollouts.jsonl"))
     assert {row["result"]["response"]["model"] for row in rows} == {"external-model"}
 
 

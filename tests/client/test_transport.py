@@ -15,6 +15,7 @@ import pytest
 
 from gym_failures.client import map_transport_errors
 from gym_failures.failure_kinds import (
+    ENVIRONMENT_PROTOCOL_VIOLATION,
     MODEL_SERVER_ERROR,
     TRANSPORT_LOCAL_RESOURCE,
     TRANSPORT_PEER_DROP,
@@ -198,13 +199,13 @@ OVERSIZED_HEADER = (
 )
 
 
-async def test_a_reply_aiohttp_cannot_parse_is_a_peer_failure_not_an_http_error() -> None:
+async def test_a_reply_aiohttp_cannot_parse_is_a_protocol_violation_not_an_http_error() -> None:
     """aiohttp refuses a header line over 8190 bytes with a `ClientResponseError` of status 400 that
-    no error status was ever sent for; the caller sees a transport failure, delivery unknown."""
+    no error status was ever sent for; the caller sees the peer's protocol violation, answered."""
     with raw_reply_server(OVERSIZED_HEADER) as url:
         failure = await transport_failure("aiohttp", url)
 
-    assert_mapped(failure, TRANSPORT_PEER_DROP, "unknown", aiohttp.ClientResponseError)
+    assert_mapped(failure, ENVIRONMENT_PROTOCOL_VIOLATION, "answered", aiohttp.ClientResponseError)
     assert "aaaa" not in failure.failure_reason
 
 

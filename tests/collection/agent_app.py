@@ -75,6 +75,17 @@ async def run(request: Request) -> Response:
             )
         reply = BaseEpisodeResponse(result={"reward": 1.0}, failure_report=report_for_current_request(None))
         return JSONResponse(reply.model_dump(mode="json"))
+    if mode == "error_body":
+        # An HTTP error without a report, its body quoting what the task asks it to (canary secrets).
+        return Response(str(task.get("body", "")).encode(), status_code=502, media_type="text/plain")
+    if mode == "masked":
+        masked: dict[str, Any] = {
+            "reward": 0.0,
+            "response": {"output": []},
+            "mask_sample": True,
+            "failure_reason": "no verdict",
+        }
+        return JSONResponse(BaseEpisodeResponse(result=masked).model_dump(mode="json"))
     if mode == "nan_reward":
         return Response(b'{"result": {"reward": NaN}}', media_type="application/json")
     raise ValueError(f"unknown mode {mode!r}")

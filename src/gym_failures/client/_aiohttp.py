@@ -5,7 +5,12 @@ from __future__ import annotations
 import aiohttp
 
 from gym_failures.client._libraries import HttpLibrary, Reply, TransportRule
-from gym_failures.failure_kinds import TRANSPORT_PEER_DROP, TRANSPORT_TIMEOUT, TRANSPORT_UNREACHABLE
+from gym_failures.failure_kinds import (
+    ENVIRONMENT_PROTOCOL_VIOLATION,
+    TRANSPORT_PEER_DROP,
+    TRANSPORT_TIMEOUT,
+    TRANSPORT_UNREACHABLE,
+)
 from gym_failures.failures import NgFailureEvent
 
 __all__ = ["LIBRARY", "GymClientResponseError"]
@@ -65,12 +70,15 @@ async def _read_body(response: aiohttp.ClientResponse, limit: int) -> bytes:
 # table, by errno, whichever library raised it (`ClientConnectorError.errno` is its `os_error`'s).
 def _unreadable_reply(error: BaseException) -> bool:
     """An error status carries no parse error; a reply aiohttp could not parse does (a header line over
-    its 8190-byte limit, a malformed status line): the peer answered, but nothing of it is readable."""
+    its 8190-byte limit, a malformed status line): the peer answered outside the protocol, and the same
+    request would be answered the same way."""
     return isinstance(error.__cause__, aiohttp.http_exceptions.HttpProcessingError)
 
 
 TRANSPORT_ERRORS = (
-    TransportRule(aiohttp.ClientResponseError, TRANSPORT_PEER_DROP, "unknown", when=_unreadable_reply),
+    TransportRule(
+        aiohttp.ClientResponseError, ENVIRONMENT_PROTOCOL_VIOLATION, "answered", when=_unreadable_reply
+    ),
     TransportRule(aiohttp.ClientConnectorError, TRANSPORT_UNREACHABLE, "not_sent"),
     TransportRule(aiohttp.ConnectionTimeoutError, TRANSPORT_TIMEOUT, "not_sent"),
     TransportRule(aiohttp.ServerTimeoutError, TRANSPORT_TIMEOUT, "unknown"),

@@ -17,7 +17,8 @@ from gym_failures.failures import NgFailureEvent
 
 __all__ = ["Delivery", "HttpLibrary", "Reply", "TransportRule", "library_of", "reply_library"]
 
-Delivery = Literal["not_sent", "unknown"]
+Delivery = Literal["not_sent", "unknown", "answered"]
+"""What a transport error says of the request: never sent, maybe delivered, or answered unreadably."""
 """Whether a request that failed without a reply can have reached the peer (`HttpDetails.delivery`)."""
 
 

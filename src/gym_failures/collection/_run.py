@@ -34,10 +34,27 @@ the body carries it whole: when the body has a report, that header-only marker i
 body's own `omitted` flag says whether events were lost); events in the header still are.
 
 Retries: a failure with `terminal=True` is final at once; any other is retried until the rollout has
-used `max_attempts` attempts, and the last failure row then says `attempt_budget_exhausted`.
+used `max_attempts` attempts (3, or NeMo Gym's `NEMO_GYM_MAX_ROLLOUT_ATTEMPTS`), and the last failure
+row then says `attempt_budget_exhausted`. What the collector saw decides what may be replayed: an
+attempt never sent is always retried; one that may have reached the agent (timed out or reset after
+sending) is retried unless `replay_possibly_delivered` is False, when it is final
+(`possibly_delivered`).
 
-Resume: both output files are read; a rollout with a success row or a final failure row is done, and
-any other continues at its next attempt number. A rollout whose recorded attempts already use up
+Each failure row carries the attempt's `RolloutFailure` record (`rollout_failure`): `source`
+`environment` when the agent answered with the failure, `collector` otherwise; `delivery` from the
+client's `HttpDetails.delivery` (`not_sent`, `unknown` -> `possibly_delivered`, `answered` ->
+`delivered`); the reply's status; the error's type. A failed reply without a report keeps its
+redacted body excerpt (at most 512 characters, the agent URL's own secrets removed too) under
+`_ng_failure_response_body`. Every row carries NeMo Gym's keys beside ours (docs/rows.md), and is
+written at one place (`Collector._write`).
+
+Resume: both output files are read, in any form NeMo Gym or gym-failures wrote
+(`gym_failures.rows.normalized`; rows NeMo Gym marked never to be saved are ignored and counted); a
+rollout with a success row or a final failure row is done, and any other continues at its next attempt
+number: one past the highest attempt, or past its number of failure rows when that is more (older NeMo
+Gym rows carry no attempt index). An output NeMo Gym wrote has no manifest: a resume accepts it when its
+first row is NeMo Gym's (its `_ng_task_index`, no `rollout_id`), and writes the manifest from then on.
+A rollout whose recorded attempts already use up
 `max_attempts` (lowered since the earlier run) is not dispatched again: a copy of its last failure row
 closes it (`final_reason` `attempt_budget_exhausted`, `closed_on_resume` true).
 
@@ -65,30 +82,42 @@ import json
 import logging
 import math
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import yarl
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gym_failures import nemo_gym
 from gym_failures.client import map_transport_errors, raise_boundary_failure
 from gym_failures.failure_kinds import (
     COLLECTION_DISPATCH_FAILED,
     COLLECTION_RESUME_REFUSED,
     ENVIRONMENT_PROTOCOL_VIOLATION,
 )
-from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureReport
+from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureBoundary, FailureReport
 from gym_failures.failure_transport import FailureReportRow, RequestFailureLog
-from gym_failures.failures import CollectionFailure, NgFailureEvent, exception_type_name
-from gym_failures.redaction import url_without_secrets
+from gym_failures.failures import (
+    CollectionFailure,
+    HttpDetails,
+    NgFailureEvent,
+    bounded_text,
+    exception_type_name,
+    new_event_id,
+)
+from gym_failures.redaction import redact, url_secrets, url_without_secrets
+from gym_failures.rollout_failure import Delivery, RolloutFailure, delivery_of
 from gym_failures.rows import (
+    FAILURES_SUFFIX,
     JsonlScan,
     RowWriter,
     TaskScan,
     failures_path,
+    is_rollout_row,
     manifest_path,
     read_rows,
     read_tasks,
@@ -111,15 +140,38 @@ class CollectionConfig(BaseModel):
 
     input_path: Path
     output_path: Path
-    """`<output>.jsonl`; failures go to `<output>_failures.jsonl` beside it."""
+    """`<output>.jsonl`; failures go to `<output>_failures.jsonl` beside it. A directory names the one
+    `<output>.jsonl` in it (a run directory, NeMo Gym's included), or `rollouts.jsonl` when it has none."""
     agent_url: str
     num_repeats: int = Field(default=1, ge=1)
     concurrency: int = Field(default=16, ge=1)
-    max_attempts: int = Field(default=3, ge=1)
+    max_attempts: int = Field(default_factory=nemo_gym.max_rollout_attempts, ge=1)
+    """3, or NeMo Gym's `NEMO_GYM_MAX_ROLLOUT_ATTEMPTS` when set: the same budget NeMo Gym would use."""
     timeout_s: float = Field(default=120.0, gt=0)
     max_reply_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
     """The largest episode reply read; a larger one is the agent's protocol violation, not memory."""
     force_resume: bool = False
+    replay_possibly_delivered: bool = True
+    """Retry an attempt that may have reached the agent (timed out or reset after sending). An agent
+    that cannot run an episode twice safely sets this to False: such an attempt is then final
+    (`final_reason` `possibly_delivered`). An attempt never sent is always retried within the budget."""
+
+    @field_validator("output_path")
+    @classmethod
+    def _run_directory(cls, value: Path) -> Path:
+        # A run directory (NeMo Gym's, or ours) names its rows file: the one `<name>.jsonl` in it
+        # that is no `_failures` sidecar; `rollouts.jsonl` in an empty directory.
+        if not value.is_dir():
+            return value
+        candidates = sorted(
+            path
+            for path in value.glob("*.jsonl")
+            if path.is_file() and not path.stem.endswith(FAILURES_SUFFIX)
+        )
+        if len(candidates) > 1:
+            names = ", ".join(path.name for path in candidates)
+            raise ValueError(f"output_path is a directory with several row files ({names}); name one")
+        return candidates[0] if candidates else value / "rollouts.jsonl"
 
     @field_validator("agent_url")
     @classmethod
@@ -165,6 +217,8 @@ class CollectionSummary:
     tasks: int = 0
     blank_task_lines: int = 0
     invalid_task_lines: int = 0
+    not_persisted_rows: int = 0
+    """Rows on disk that NeMo Gym marked never to be saved: ignored by the resume."""
     scans: list[JsonlScan] = field(default_factory=list)
 
 
@@ -224,10 +278,29 @@ def _write_atomic(path: Path, text: str) -> None:
         temporary.unlink(missing_ok=True)
 
 
-def _check_manifest(config: CollectionConfig, expected: int) -> None:
-    """Refuse to resume another run's output (unless forced), then write this run's manifest."""
+def _written_by_nemo_gym(config: CollectionConfig) -> bool:
+    """Whether the output's first row is NeMo Gym's: its indices, and no rollout id of ours."""
+    for path in (config.output_path, config.failures_path):
+        if not path.exists():
+            continue
+        with path.open("rb") as handle:
+            for line in handle:
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except (ValueError, RecursionError):
+                    return False
+                return isinstance(row, dict) and nemo_gym.TASK_INDEX in row and "rollout_id" not in row
+    return False
+
+
+def _check_manifest(config: CollectionConfig, expected: int) -> str:
+    """Refuse to resume another run's output (unless forced), then write this run's manifest; the
+    run's id (kept from the manifest on a resume)."""
     identity = {"input_sha256": _digest(config.input_path), "num_repeats": config.num_repeats}
     path = config.manifest_path
+    run_id: str | None = None
     if path.exists():
         try:
             found = json.loads(path.read_bytes())
@@ -251,13 +324,22 @@ def _check_manifest(config: CollectionConfig, expected: int) -> None:
                     "differently; use a new output path, or force the resume"
                 ),
             )
-    elif (config.output_path.exists() or config.failures_path.exists()) and not config.force_resume:
-        raise CollectionFailure(
-            failure_kind=COLLECTION_RESUME_REFUSED,
-            failure_reason=f"{config.output_path} exists without a manifest; force the resume",
-        )
-    manifest = {"version": MANIFEST_VERSION, **identity, "expected_rollouts": expected}
+        kept = found.get("run_id") if isinstance(found, dict) else None
+        run_id = kept if isinstance(kept, str) and 0 < len(kept) <= 128 else None
+    elif config.output_path.exists() or config.failures_path.exists():
+        if _written_by_nemo_gym(config):
+            # NeMo Gym writes no manifest; its rows name their tasks by `_ng_task_index`, the line
+            # numbers of the same input, so the resume goes on as NeMo Gym's own would.
+            LOGGER.info("%s: resuming a NeMo Gym run (no manifest)", config.output_path)
+        elif not config.force_resume:
+            raise CollectionFailure(
+                failure_kind=COLLECTION_RESUME_REFUSED,
+                failure_reason=f"{config.output_path} exists without a manifest; force the resume",
+            )
+    run_id = run_id or new_event_id()
+    manifest = {"version": MANIFEST_VERSION, **identity, "expected_rollouts": expected, "run_id": run_id}
     _write_atomic(path, json.dumps(manifest, indent=2) + "\n")
+    return run_id
 
 
 def _read_tasks(path: Path, summary: CollectionSummary) -> list[tuple[int, dict[str, Any]]]:
@@ -273,34 +355,35 @@ def _pending(
     config: CollectionConfig, tasks: list[tuple[int, dict[str, Any]]], summary: CollectionSummary
 ) -> tuple[list[_Rollout], list[dict[str, Any]]]:
     """Every rollout without a final outcome, at its next attempt number; and the rows that close
-    the rollouts whose recorded attempts already use up the budget."""
+    the rollouts whose recorded attempts already use up the budget.
+
+    A rollout has used as many attempts as its highest attempt number, or as its failure rows when
+    they are more (NeMo Gym's rule, one attempt per sidecar row: older rows carry no attempt index).
+    """
     done: set[str] = set()
     attempts: dict[str, int] = {}
-    # The last failure row of each rollout at or past the budget: what closes it if it is not done.
-    spent: dict[str, tuple[int, dict[str, Any]]] = {}
+    failure_rows: Counter[str] = Counter()
+    # The last failure row of each rollout not yet done: what closes it when its budget is spent.
+    last: dict[str, tuple[int, dict[str, Any]]] = {}
     for path in (config.output_path, config.failures_path):
         torn = repair_torn_tail(path)
         summary.torn_lines += torn is not None
         scan = JsonlScan(path)
-        for row in read_rows(path, scan):
+        for row in read_rows(path, scan, config.max_attempts):
             key = row.get("rollout_id")
-            if not isinstance(key, str):
+            if not is_rollout_row(row) or not isinstance(key, str):
                 continue
             attempt = row.get("attempt")
-            if type(attempt) is int:
-                attempts[key] = max(attempts.get(key, 0), attempt)
-            if "failure" not in row:
-                if "result" in row:
-                    done.add(key)
-            elif row.get("final") is True:
+            attempt = attempt if type(attempt) is int else 0
+            attempts[key] = max(attempts.get(key, 0), attempt)
+            if "failure" not in row or row.get("final") is True:
                 done.add(key)
-            elif (
-                type(attempt) is int
-                and attempt >= config.max_attempts
-                and (key not in spent or attempt >= spent[key][0])
-            ):
-                spent[key] = (attempt, row)
+                continue
+            failure_rows[key] += 1
+            if key not in last or attempt >= last[key][0]:
+                last[key] = (attempt, row)
         summary.invalid_lines += len(scan.invalid_lines)
+        summary.not_persisted_rows += scan.not_persisted
         summary.scans.append(scan)
     rollouts: list[_Rollout] = []
     closing: list[dict[str, Any]] = []
@@ -311,18 +394,19 @@ def _pending(
             if key in done:
                 summary.already_done += 1
                 continue
-            last = spent.get(key)
-            if last is not None and last[0] >= attempts.get(key, 0):
+            used = max(attempts.get(key, 0), failure_rows[key])
+            if used >= config.max_attempts and key in last:
                 closing.append(
                     {
-                        **last[1],
+                        # What the reader added to say where the row came from is not the row's.
+                        **{name: value for name, value in last[key][1].items() if name != "from_nemo_gym"},
                         "final": True,
                         "final_reason": "attempt_budget_exhausted",
                         "closed_on_resume": True,
                     }
                 )
                 continue
-            rollouts.append(_Rollout(task_index, rollout_index, task, attempts.get(key, 0) + 1))
+            rollouts.append(_Rollout(task_index, rollout_index, task, used + 1))
     return rollouts, closing
 
 
@@ -332,11 +416,65 @@ def _base_row(rollout: _Rollout, attempt: int) -> dict[str, Any]:
         "rollout_index": rollout.rollout_index,
         "rollout_id": rollout_id(rollout.task_index, rollout.rollout_index),
         "attempt": attempt,
+        **nemo_gym.success_keys((rollout.task_index, rollout.rollout_index), attempt),
     }
     task_id = rollout.task.get("id", rollout.task.get("task_id"))
     if task_id is not None:
         row["task_id"] = task_id
     return row
+
+
+_RESULT_KEYS_AT_TOP = ("mask_sample", "failure_kind", "failure_reason")
+"""A result's keys NeMo Gym reads at the top level of a completed row (besides `reward` and `response`)."""
+
+
+def _success_fields(result: dict[str, Any]) -> dict[str, Any]:
+    """A success row's outcome keys: `result`, with `reward` beside it and `response` moved beside it,
+    where NeMo Gym reads them (`gym_failures.nemo_gym`; the response is large and saved once)."""
+    kept = dict(result)
+    fields: dict[str, Any] = {"reward": kept.get("reward")}
+    if "response" in kept:
+        fields["response"] = kept.pop("response")
+    for key in _RESULT_KEYS_AT_TOP:
+        if key in kept:
+            fields[key] = kept[key]
+    return {"result": kept, **fields}
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What the collector saw of one attempt's exchange: who failed it and whether it was delivered."""
+
+    source: Literal["environment", "collector"]
+    delivery: Delivery
+    http_status: int | None = None
+    exception_type: str | None = None
+    body_excerpt: str = ""
+
+
+def _seen(failure: NgFailureEvent, agent_url: str) -> _Seen:
+    """`failure`'s source and delivery, from the HTTP details the client helpers kept on it."""
+    details = failure.http_details
+    source: Literal["environment", "collector"] = (
+        "collector" if failure.boundary is FailureBoundary.COLLECTION else "environment"
+    )
+    # A failure the collector raised without a reply in hand (its own fault) may have been sent.
+    delivery = delivery_of(details.delivery) if details is not None else "possibly_delivered"
+    if source == "environment":
+        delivery = "delivered"  # the environment's own failure reached the collector in a reply
+    status = details.status if details is not None else None
+    excerpt = ""
+    if details is not None and details.body_excerpt and failure.remote_report is None:
+        # A failed reply without a report: its body is the only account of the failure. Already
+        # redacted and bounded by the client; the agent URL's own secrets are removed too.
+        excerpt = bounded_text(redact(details.body_excerpt, url_secrets(agent_url)), 512)
+    return _Seen(
+        source=source,
+        delivery=delivery,
+        http_status=status if status is not None and 100 <= status <= 599 else None,
+        exception_type=failure.exception_type,
+        body_excerpt=excerpt,
+    )
 
 
 def _episode_failure(failure: NgFailureEvent) -> EpisodeFailure:
@@ -359,18 +497,19 @@ class Collector:
         self.on_progress = on_progress
         self.summary = CollectionSummary()
         self._finished = 0
+        self._run_id = ""
 
     async def run(self) -> CollectionSummary:
         config = self.config
         with _exclusive(config):
             tasks = _read_tasks(config.input_path, self.summary)
-            _check_manifest(config, len(tasks) * config.num_repeats)
+            self._run_id = _check_manifest(config, len(tasks) * config.num_repeats)
             rollouts, closing = _pending(config, tasks, self.summary)
             self._finished = self.summary.already_done
             self._progress()
             with RowWriter(config.output_path) as successes, RowWriter(config.failures_path) as failures:
                 for row in closing:
-                    failures.write(row)
+                    self._write(failures, row)
                     self.summary.failed_final += 1
                     self.summary.closed_on_resume += 1
                     self._finished += 1
@@ -419,41 +558,83 @@ class Collector:
             self._finished += 1
             self._progress()
 
+    def _write(self, writer: RowWriter, row: dict[str, Any]) -> None:
+        """Save one row: the one place a row is written."""
+        writer.write(row)
+
     async def _rollout(
         self, session: aiohttp.ClientSession, rollout: _Rollout, successes: RowWriter, failures: RowWriter
     ) -> None:
         attempt = rollout.next_attempt
         while True:
-            response, report = await self._attempt(session, rollout, attempt)
+            response, report, seen = await self._attempt(session, rollout, attempt)
             self.summary.attempts += 1
             row = _base_row(rollout, attempt)
             if response.result is not None:
-                row["result"] = response.result
-                row["reward"] = response.result.get("reward")
+                row.update(_success_fields(response.result))
                 row.update(FailureReportRow.fields(report))
-                successes.write(row)
+                self._write(successes, row)
                 self.summary.succeeded += 1
                 return
             assert response.failure is not None
-            final_reason: str | None = None
-            if response.failure.terminal:
-                final_reason = "terminal"
-            elif attempt >= self.config.max_attempts:
-                final_reason = "attempt_budget_exhausted"
-            row["failure"] = response.failure.model_dump(mode="json")
+            final_reason = self._final_reason(response.failure, seen, attempt)
+            failure = response.failure.model_dump(mode="json")
+            row["failure"] = failure
             row["final"] = final_reason is not None
             row["final_reason"] = final_reason
+            row.update(
+                nemo_gym.failure_keys(
+                    failure,
+                    exception_type=seen.exception_type,
+                    http_status=seen.http_status,
+                    response_body=seen.body_excerpt,
+                )
+            )
+            # NeMo Gym never retries a terminal row: a failure this collector will not replay is one.
+            row[nemo_gym.FAILURE_TERMINAL] = final_reason in ("terminal", "possibly_delivered")
+            row["rollout_failure"] = self._record(rollout, attempt, response.failure, seen)
             row.update(FailureReportRow.fields(report))
-            failures.write(row)
+            self._write(failures, row)
             if final_reason is not None:
                 self.summary.failed_final += 1
                 return
             attempt += 1
 
+    def _final_reason(self, failure: EpisodeFailure, seen: _Seen, attempt: int) -> str | None:
+        """Why no attempt follows this failed one, or None when the rollout is retried."""
+        if failure.terminal:
+            return "terminal"
+        if seen.delivery == "possibly_delivered" and not self.config.replay_possibly_delivered:
+            return "possibly_delivered"
+        if attempt >= self.config.max_attempts:
+            return "attempt_budget_exhausted"
+        return None
+
+    def _record(
+        self, rollout: _Rollout, attempt: int, failure: EpisodeFailure, seen: _Seen
+    ) -> dict[str, Any]:
+        """The attempt's `RolloutFailure` record, as JSON."""
+        record = RolloutFailure(
+            episode_id={
+                "rollout_id": rollout_id(rollout.task_index, rollout.rollout_index),
+                "attempt": attempt,
+                "repeat": rollout.rollout_index,
+            },
+            run_id=self._run_id,
+            source=seen.source,
+            delivery=seen.delivery,
+            failure=failure,
+            http_status=seen.http_status,
+            exception_type=None if seen.exception_type is None else seen.exception_type[:2000],
+        )
+        data: dict[str, Any] = record.model_dump(mode="json", exclude_none=True)
+        return data
+
     async def _attempt(
         self, session: aiohttp.ClientSession, rollout: _Rollout, attempt: int
-    ) -> tuple[BaseEpisodeResponse, FailureReport]:
-        """One attempt's outcome and the report observed for it; never raises for a failed attempt."""
+    ) -> tuple[BaseEpisodeResponse, FailureReport, _Seen]:
+        """One attempt's outcome, the report observed for it and what the collector saw of the
+        exchange; never raises for a failed attempt."""
         url = self.config.agent_url.rstrip("/") + "/run"
         payload = {
             "task": rollout.task,
@@ -462,45 +643,63 @@ class Collector:
         }
         with RequestFailureLog.capture() as log:
             try:
-                response = await self._exchange(session, url, payload)
+                response, status = await self._exchange(session, url, payload)
             except NgFailureEvent as failure:
                 if failure.failure_kind == COLLECTION_DISPATCH_FAILED:
                     self.summary.dispatch_errors += 1
                 return (
                     BaseEpisodeResponse(failure=_episode_failure(failure)),
                     log.reply_report(failure),
+                    _seen(failure, self.config.agent_url),
                 )
+            seen = _Seen(source="environment", delivery="delivered", http_status=status)
             header = log.report
             body = response.failure_report
             if body is None:
-                return response, header
+                return response, header, seen
             if header.omitted and not header.events:
                 # The header said `{"omitted": true}` alone: the report was too large for it, and the
                 # body carries it whole, with its own `omitted` flag.
                 header = FailureReport()
-            return response, body.merged(header)
+            return response, body.merged(header), seen
 
     async def _exchange(
         self, session: aiohttp.ClientSession, url: str, payload: dict[str, Any]
-    ) -> BaseEpisodeResponse:
-        """Send one attempt and read its episode response; any failure is raised as a Gym failure."""
-        target = f"POST {url_without_secrets(url)}"
+    ) -> tuple[BaseEpisodeResponse, int]:
+        """Send one attempt and read its episode response and HTTP status; any failure is raised as a
+        Gym failure, with what was seen of the exchange in its `http_details`."""
+        safe_url = url_without_secrets(url)
+        target = f"POST {safe_url}"
+        status: int | None = None
         try:
             try:
                 with map_transport_errors("collection", method="POST", url=url):
                     async with session.post(url, json=payload) as reply:
+                        status = reply.status
                         await raise_boundary_failure(reply, boundary="agent")
                         body = await _bounded_body(reply, self.config.max_reply_bytes, target)
             except aiohttp.ClientError as error:
                 # Not a transport failure `map_transport_errors` names: the reply came but could not be
                 # read as HTTP (a header line over aiohttp's 8190 bytes, a malformed status line). The
                 # error's text quotes the reply's bytes: only its type is kept.
-                raise CollectionFailure(
+                failure = CollectionFailure(
                     failure_kind=ENVIRONMENT_PROTOCOL_VIOLATION,
                     failure_reason=f"{target}: the reply could not be read ({type(error).__name__})",
                     exception_type=exception_type_name(error),
-                ) from error
-            return episode_response(body, url)
+                )
+                failure.http_details = HttpDetails(
+                    method="POST", url=safe_url, status=status, delivery="answered"
+                )
+                raise failure from error
+            assert status is not None
+            return episode_response(body, url), status
+        except CollectionFailure as failure:
+            if failure.http_details is None and status is not None:
+                # A reply came, and the collector refused it: delivered.
+                failure.http_details = HttpDetails(
+                    method="POST", url=safe_url, status=status, delivery="answered"
+                )
+            raise
         except NgFailureEvent:
             raise
         except Exception as error:
@@ -514,6 +713,10 @@ class Collector:
                 failure_reason=f"{target}: the collector failed unexpectedly ({type(error).__name__})",
                 exception_type=exception_type_name(error),
             ) from error
+
+
+def _answered(safe_url: str, status: int | None) -> HttpDetails:
+    return HttpDetails(method="POST", url=safe_url, status=status, delivery="answered")
 
 
 async def _bounded_body(reply: aiohttp.ClientResponse, limit: int, target: str) -> bytes:

@@ -16,7 +16,8 @@ Success-row contract (what the default rules read from a success row's `result`)
     `choices[0].message.content` (a string, or a list of parts with `text`).
   A result without a response in either shape gives the answer rules no evidence: they return None,
   and only the verification is judged.
-- `result["verification"]`: the verifier's account, a mapping with `verdict` (a bool, a number or a
+- `result["verification"]`: the verifier's account (a NeMo Gym completed row has none: its `reward`
+  is the verdict, see `has_verdict`), a mapping with `verdict` (a bool, a number or a
   non-empty string; None or absent when no verdict was reached) and, for a verifier that extracts
   answers, `extracted_answer` (the extracted text, or None when extraction failed; a verifier that
   does not extract leaves the key out).
@@ -43,6 +44,7 @@ a mapping) is no evidence, and no row makes the gate raise.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -128,10 +130,20 @@ def _verification(row: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def has_verdict(row: Mapping[str, Any]) -> bool:
-    """Whether a success row's verification reached a verdict (`False` and `0` are verdicts)."""
+    """Whether a success row's verification reached a verdict (`False` and `0` are verdicts).
+
+    A NeMo Gym completed row has no verification: its `reward` is the resources server's verdict
+    (`reward_is_verdict`, set when such a row is read), so a numeric reward is its verdict.
+    """
     verification = _verification(row)
     if verification is None:
-        return False
+        reward = _result(row).get("reward")
+        return (
+            row.get("reward_is_verdict") is True
+            and isinstance(reward, int | float)
+            and not isinstance(reward, bool)
+            and math.isfinite(reward)
+        )
     verdict = verification.get("verdict")
     if isinstance(verdict, str):
         return bool(verdict.strip())

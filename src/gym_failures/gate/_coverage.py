@@ -7,8 +7,13 @@ retried, never an outcome; a rollout with only such rows has no outcome yet and 
 without a rollout id (some legacy rows) is a rollout of its own. A success row is `scored` when it has a
 verdict and no gate class; one with a gate class is counted under it, by the class's responsibility
 (`classify_failure`); a final failure row is counted by the responsibility of its kind, stage and the
-HTTP status of its failure event. A row with neither `result` nor `failure` is no rollout row and is
-skipped (`other_rows`).
+HTTP status of its failure event (else the row's `_ng_failure_http_status`). A masked success (NeMo
+Gym's `mask_sample`: a complete result that must not be trained on) is an outcome counted as `masked`,
+never scored and never a failure. A row with neither `result` nor `failure` is no rollout row and is
+skipped (`other_rows`); a row NeMo Gym marked never to be saved is skipped and counted apart
+(`not_persisted_rows`). Rows in NeMo Gym's own forms are read as `gym_failures.rows.normalized` reads
+them; a rollout whose NeMo Gym failure rows are as many as the attempt budget (older rows carry no
+attempt index) ends in its last one, as NeMo Gym's resume counts it.
 
 `expected`, the rollouts the run should have, comes from the caller when given (`expected_source`
 `"given"`); else, for `read_coverage`, from the collection manifests beside the row files
@@ -43,7 +48,15 @@ from gym_failures.failure_kinds import (
 )
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.gate._answers import DEFAULT_RULES, GateRule, derive_gate_kind, has_verdict
-from gym_failures.rows import JsonlScan, is_rollout_row, manifest_expected_rollouts, normalized, read_rows
+from gym_failures.nemo_gym import FAILURE_HTTP_STATUS, max_rollout_attempts
+from gym_failures.rows import (
+    JsonlScan,
+    is_not_persisted,
+    is_rollout_row,
+    manifest_expected_rollouts,
+    normalized,
+    read_rows,
+)
 
 _STAGES: frozenset[str] = frozenset(get_args(FailureStage))
 
@@ -74,6 +87,8 @@ class Coverage(BaseModel):
     """Success rows with a verdict and no gate class."""
     unscored: int = 0
     """Success rows with neither a verdict nor a gate class (only with rules that let them pass)."""
+    masked: int = 0
+    """Success rows whose result must not be trained on (NeMo Gym's `mask_sample`): outcomes, not scored."""
     failed: dict[str, int] = Field(default_factory=_class_counts)
     """Final failure outcomes by class (model, evaluation, unknown)."""
     failed_by_kind: dict[str, int] = Field(default_factory=dict)
@@ -88,6 +103,8 @@ class Coverage(BaseModel):
     """Outcomes beyond `expected` (a wrong `expected`, or runs mixed together)."""
     other_rows: int = 0
     """Rows with neither a `result` nor a `failure`: not rollout rows, skipped."""
+    not_persisted_rows: int = 0
+    """Rows NeMo Gym marked never to be saved (`_ng_no_persist`, `_ng_dispatch_drained`): skipped."""
     invalid_lines: int = 0
     torn_tails: int = 0
     expected_source: Literal["given", "manifest", "rows_seen"] = "given"
@@ -99,7 +116,13 @@ class Coverage(BaseModel):
     @property
     def outcomes(self) -> int:
         """Rollouts with a final outcome."""
-        return self.scored + self.unscored + sum(self.failed.values()) + sum(self.gate_derived.values())
+        return (
+            self.scored
+            + self.unscored
+            + self.masked
+            + sum(self.failed.values())
+            + sum(self.gate_derived.values())
+        )
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -120,7 +143,7 @@ class Coverage(BaseModel):
 class _Outcome:
     rank: int  # a success (1) settles a rollout over a final failure (0)
     attempt: int
-    category: str  # "scored", "unscored", "failed" or "gate"
+    category: str  # "scored", "unscored", "masked", "failed" or "gate"
     kind: str | None = None
     failure_class: str | None = None
 
@@ -144,6 +167,10 @@ def _failure_evidence(row: Mapping[str, Any]) -> tuple[str | None, FailureStage 
     if not (isinstance(stage, str) and stage in _STAGES):
         stage = event.stage if event is not None else None
     status = event.http_status if event is not None else None
+    if status is None:
+        # NeMo Gym's own key for the status, which gym-failures writes too (docs/rows.md).
+        saved = row.get(FAILURE_HTTP_STATUS)
+        status = saved if type(saved) is int and 100 <= saved <= 599 else None
     return kind, cast(FailureStage | None, stage), status
 
 
@@ -152,6 +179,8 @@ def _outcome(
 ) -> _Outcome | None:
     """The outcome `row` records, or None for an attempt that was retried."""
     if "failure" not in row:
+        if row.get("masked") is True:
+            return _Outcome(1, _attempt(row), "masked")
         kind = derive_gate_kind(row, rules)
         if kind is not None:
             failure_class = classify_failure(kind, _GATE_KIND_STAGE.get(kind), config=config).value
@@ -169,13 +198,20 @@ def rollout_coverage(
     expected: int | None = None,
     rules: Sequence[GateRule] = DEFAULT_RULES,
     config: FailureClassificationConfig | None = None,
+    max_attempts: int | None = None,
 ) -> Coverage:
-    """The coverage of `rows` (in any supported form; each is normalized first)."""
+    """The coverage of `rows` (in any supported form; each is normalized first, `max_attempts` being
+    the budget that makes a NeMo Gym failure row final: NeMo Gym's own when None)."""
     outcomes: dict[str, _Outcome] = {}
     seen: set[str] = set()
-    retried = other = 0
+    retried = other = not_persisted = 0
+    # NeMo Gym's own failure rows, per rollout: one attempt a row, whatever their attempt indices say.
+    nemo_failures: dict[str, list[Mapping[str, Any]]] = {}
     for index, raw in enumerate(rows):
-        row = normalized(raw)
+        row = normalized(raw, max_attempts)
+        if is_not_persisted(row):
+            not_persisted += 1
+            continue
         if not is_rollout_row(row):
             other += 1
             continue
@@ -185,11 +221,22 @@ def rollout_coverage(
         outcome = _outcome(row, rules, config)
         if outcome is None:
             retried += 1
+            if row.get("from_nemo_gym") is True:
+                nemo_failures.setdefault(key, []).append(row)
             continue
         current = outcomes.get(key)
         if current is None or (outcome.rank, outcome.attempt) >= (current.rank, current.attempt):
             outcomes[key] = outcome
-    return _coverage(outcomes, len(seen), retried, other, expected)
+    budget = max_rollout_attempts() if max_attempts is None else max_attempts
+    for key, failures in nemo_failures.items():
+        if key not in outcomes and len(failures) >= budget:
+            # Older rows carry no attempt index: the budget is spent by count, as NeMo Gym's resume
+            # counts it, and the last row is the final failure (no longer a retried attempt).
+            closing = {**failures[-1], "final": True, "final_reason": "attempt_budget_exhausted"}
+            outcomes[key] = cast(_Outcome, _outcome(closing, rules, config))
+            retried -= 1
+    coverage = _coverage(outcomes, len(seen), retried, other, expected)
+    return coverage.model_copy(update={"not_persisted_rows": not_persisted}) if not_persisted else coverage
 
 
 def _coverage(
@@ -217,6 +264,7 @@ def _coverage(
         seen=seen,
         scored=categories["scored"],
         unscored=categories["unscored"],
+        masked=categories["masked"],
         failed=failed,
         failed_by_kind=dict(failed_by_kind.most_common()),
         gate_derived=gate_derived,
@@ -233,6 +281,7 @@ def read_coverage(
     expected: int | None = None,
     rules: Sequence[GateRule] = DEFAULT_RULES,
     config: FailureClassificationConfig | None = None,
+    max_attempts: int | None = None,
 ) -> Coverage:
     """The coverage of the rows in `paths` (success and failure files, in any order).
 
@@ -249,9 +298,9 @@ def read_coverage(
         for path in paths:
             scan = JsonlScan(path)
             scans.append(scan)
-            yield from read_rows(path, scan)
+            yield from read_rows(path, scan, max_attempts)
 
-    coverage = rollout_coverage(rows(), expected, rules, config)
+    coverage = rollout_coverage(rows(), expected, rules, config, max_attempts)
     update: dict[str, Any] = {
         "invalid_lines": sum(len(scan.invalid_lines) for scan in scans),
         "torn_tails": sum(scan.torn_tail is not None for scan in scans),

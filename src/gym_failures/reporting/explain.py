@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gym_failures.failure_records import FailureEvent, FailureReport
 from gym_failures.failure_transport import FailureReportRow
-from gym_failures.rows import is_rollout_row, normalized
+from gym_failures.rows import is_not_persisted, is_rollout_row, normalized
 
 __all__ = ["MAX_TREE_DEPTH", "EventNode", "RowExplanation", "explain_row", "line_row", "rollout_rows"]
 
@@ -68,6 +68,8 @@ class RowExplanation(BaseModel):
     final: bool | None = None
     final_reason: str | None = None
     reward: float | None = None
+    masked: bool = False
+    """A complete result that must not be trained on (NeMo Gym's `mask_sample`)."""
     failure: dict[str, Any] | None = None
     """The row's `EpisodeFailure` (kind, reason, stage, terminal)."""
     failure_id: str | None = None
@@ -146,7 +148,11 @@ def explain_row(row: Mapping[str, Any], path: str = "", line: int | None = None)
             line=line,
             outcome="other",
             rollout_id=rollout if isinstance(rollout, str) else None,
-            problem="not a rollout row: it has neither a result nor a failure",
+            problem=(
+                "marked never to be saved (NeMo Gym's _ng_no_persist or _ng_dispatch_drained)"
+                if is_not_persisted(row)
+                else "not a rollout row: it has neither a result nor a failure"
+            ),
         )
     report = FailureReportRow.report(row)
     tree, observations = _tree(report)
@@ -162,6 +168,7 @@ def explain_row(row: Mapping[str, Any], path: str = "", line: int | None = None)
         final=row["final"] if isinstance(row.get("final"), bool) else None,
         final_reason=row["final_reason"] if isinstance(row.get("final_reason"), str) else None,
         reward=_reward(reward),
+        masked=row.get("masked") is True,
         failure=dict(failure) if isinstance(failure, Mapping) else None,
         failure_id=report.failure_id,
         omitted=report.omitted,

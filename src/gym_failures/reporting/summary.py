@@ -9,21 +9,28 @@ an aggregate over that table. Responsibility (`classify_failure`) is applied in 
 distinct (kind, stage, HTTP status), a handful of groups however many rows there are. The files are
 read once; memory stays at DuckDB's read buffers plus the distinct keys.
 
-What is counted:
+What is counted, by the rules of `gym_failures.rows.normalized` (NeMo Gym's row forms included,
+`gym_failures.nemo_gym`; a differential test in `tests/test_nemo_gym.py` keeps this SQL and that
+Python equal over generated files):
 
-- A failure row is a row with `failure` (or the legacy `_ng_failure_class`); every one is counted,
+- A row NeMo Gym marked never to be saved (`_ng_no_persist`, `_ng_dispatch_drained`) is no outcome:
+  counted as `not_persisted_rows`, nothing else.
+- A failure row is a row with `failure`, or NeMo Gym's `_ng_failure_class`; every one is counted,
   because each is one failed attempt. (The one exception, a row a resumed collector wrote to close a
   rollout past a lowered attempt budget, `closed_on_resume`, repeats its last attempt's failure; it is
   rare and counted like any other row, so that every count stays a plain sum over the files.)
-  `final` counts the failure rows after which no attempt followed
-  (`final` is `true`, or a legacy row's `_ng_failure_terminal`). Shares are of all failure rows.
-- Its kind, stage and reason are the row's `EpisodeFailure`'s; the failure event
-  (`_ng_failure_events[_ng_failure_id]`) supplies the boundary and HTTP status, and the kind and
-  stage where the envelope has none. A row without an attempt number is a first attempt.
-- A success row is any other row with a `result`; it is counted, and marked recovered when its report
-  holds events (failures it recovered from on the way).
+  `final` counts the failure rows after which no attempt followed (`final` is `true`; a NeMo Gym row
+  is final when terminal or at the attempt budget). Shares are of all failure rows.
+- Its kind, stage and reason are the row's `EpisodeFailure`'s (a NeMo Gym row's label, stage and
+  first reason key); the failure event (`_ng_failure_events[_ng_failure_id]`) supplies the boundary
+  and HTTP status (else `_ng_failure_http_status`), and the kind and stage where the envelope has
+  none. A row without an attempt number is a first attempt (NeMo Gym's `_ng_attempt_index` + 1).
+- A success row is any other row with a `result`, a `reward` or a `response` (NeMo Gym's completed
+  rows are flat); it is counted, marked recovered when its report holds events (failures it recovered
+  from on the way), and counted as masked (`masked_success_rows`) when NeMo Gym's `mask_sample` (or a
+  `failure_kind`) says it must not be trained on.
 - Anything else (a line that is not JSON, not an object, or an object that is neither kind) is counted
-  as `other_rows` and never raises.
+  as `other_rows` and never raises. JSON `null` counts as absent, as DuckDB reads it.
 - A file whose last line has no newline ends in a torn append (a collector killed mid-write); as in
   `gym_failures.rows.read_rows`, that line is never counted as a row, even when it happens to be
   complete JSON. DuckDB cannot skip a byte range, so the torn line is read again from a scratch copy and
@@ -58,10 +65,12 @@ from gym_failures.failure_kinds import (
     classify_failure,
     quota_reset_text,
 )
+from gym_failures.nemo_gym import LABEL_ALIASES, max_rollout_attempts
 from gym_failures.rows import torn_tail
 
 __all__ = [
     "COLUMNS",
+    "MACROS",
     "REASON_CHARS",
     "TOP_REASONS",
     "AttemptCount",
@@ -82,23 +91,37 @@ REASON_CHARS = 200
 
 # Every column the engine reads, typed so that DuckDB's reader extracts each value in its one parse of
 # the line (JSON-typed columns would be parsed again by every json_* call on them). A value of another
-# type is read leniently (a number where a string belongs as its text, anything unreadable as NULL),
-# never as an error that would cost the row. `final` and `http_status` stay JSON (tiny values) so that
-# only a real `true` and a real integer count, as in Python. `result` is a struct of one field so that
-# DuckDB only notes that a result exists, without copying the model response it holds.
+# type never costs the row: DuckDB reads it as NULL or leniently. Where Python's reader
+# (`gym_failures.rows.normalized`) accepts only one JSON type (a string kind, an integer attempt, a real
+# `true`), the column is JSON and the projection checks the type (`_str`, `_int`, `_true`), so both
+# count the same rows the same way. `result` and `response` are structs of one field so that DuckDB
+# only notes that a value exists, without copying the model response it holds.
 _EVENT = (
     "STRUCT(boundary VARCHAR, failure_kind VARCHAR, failure_reason VARCHAR, stage VARCHAR, http_status JSON)"
 )
 COLUMNS: dict[str, str] = {
-    "attempt": "BIGINT",
+    "attempt": "JSON",
     "final": "JSON",
-    "failure": "STRUCT(failure_kind VARCHAR, failure_reason VARCHAR, stage VARCHAR)",
+    "failure": "STRUCT(failure_kind JSON, failure_reason JSON, stage JSON)",
     "result": "STRUCT(reward JSON)",
+    "reward": "JSON",
+    "response": "STRUCT(id VARCHAR)",
+    "mask_sample": "JSON",
+    "failure_kind": "JSON",
+    "failure_reason": "JSON",
+    "error": "JSON",
     "_ng_failure_events": f"MAP(VARCHAR, {_EVENT})",
     "_ng_failure_id": "VARCHAR",
-    "_ng_failure_class": "VARCHAR",
-    "_ng_failure_reason": "VARCHAR",
+    "_ng_attempt_index": "JSON",
+    "_ng_failure_class": "JSON",
     "_ng_failure_terminal": "JSON",
+    "_ng_failure_message": "JSON",
+    "_ng_failure_judge_error": "JSON",
+    "_ng_failure_reason": "JSON",
+    "_ng_failure_stage": "JSON",
+    "_ng_failure_http_status": "JSON",
+    "_ng_no_persist": "JSON",
+    "_ng_dispatch_drained": "JSON",
 }
 
 # DuckDB refuses (and, with ignore_errors, skips) a line over its object size limit; a saved row
@@ -107,29 +130,55 @@ _MAX_OBJECT_BYTES = 256 * 1024 * 1024
 
 _STAGES: frozenset[str] = frozenset(get_args(FailureStage))
 
-# The projection of every input row to the group key. The quota column lists the reset times named by
-# the `provider_quota_exhausted` events of a failure row's report (or by a legacy row's own reason).
+# Type checks that match Python's (`isinstance(value, str)`, `type(value) is int`, `value is True`).
+MACROS = """
+CREATE OR REPLACE TEMP MACRO _str(j) AS CASE WHEN json_type(j) = 'VARCHAR' THEN j ->> '$' END;
+CREATE OR REPLACE TEMP MACRO _int(j) AS
+    CASE WHEN json_type(j) IN ('BIGINT', 'UBIGINT') THEN TRY_CAST(j AS BIGINT) END;
+CREATE OR REPLACE TEMP MACRO _true(j) AS
+    coalesce(json_type(j) = 'BOOLEAN' AND CAST(j AS VARCHAR) = 'true', false);
+"""
+
+# The projection of every input row to the group key, by the rules of `gym_failures.rows.normalized`
+# (NeMo Gym's forms: `gym_failures.nemo_gym`). The quota column lists the reset times named by the
+# `provider_quota_exhausted` events of a failure row's report (or by the row's own reason).
 _PROJECTION = """
 SELECT
     w,
-    (failure IS NOT NULL OR _ng_failure_class IS NOT NULL) AS is_failure,
-    NOT is_failure AND result IS NOT NULL AS is_success,
+    _true(_ng_no_persist) OR _true(_ng_dispatch_drained) AS not_persisted,
+    failure IS NULL AND _ng_failure_class IS NOT NULL AS nemo_failure,
+    NOT not_persisted AND (failure IS NOT NULL OR nemo_failure) AS is_failure,
+    NOT not_persisted AND NOT is_failure AND failure IS NULL
+        AND (result IS NOT NULL OR reward IS NOT NULL OR response IS NOT NULL) AS is_success,
+    is_success AND (_true(mask_sample) OR _str(failure_kind) IS NOT NULL) AS masked,
     CASE WHEN is_failure THEN _ng_failure_events[_ng_failure_id] END AS event,
     CASE WHEN is_failure THEN coalesce(
-        struct_extract(failure, 'failure_kind'), _ng_failure_class, struct_extract(event, 'failure_kind'))
+        CASE WHEN nemo_failure THEN {aliased_label} ELSE _str(struct_extract(failure, 'failure_kind')) END,
+        struct_extract(event, 'failure_kind'))
     END AS kind,
-    CASE WHEN is_failure THEN
-        coalesce(struct_extract(failure, 'stage'), struct_extract(event, 'stage'))
+    CASE WHEN is_failure THEN coalesce(
+        CASE WHEN nemo_failure THEN _str(_ng_failure_stage) ELSE _str(struct_extract(failure, 'stage')) END,
+        struct_extract(event, 'stage'))
     END AS stage,
     struct_extract(event, 'boundary') AS boundary,
-    TRY_CAST(CAST(struct_extract(event, 'http_status') AS VARCHAR) AS INTEGER) AS http_status,
-    CASE WHEN is_failure THEN coalesce(attempt, 1) END AS attempt,
-    is_failure AND (
-        CAST(final AS VARCHAR) = 'true'
-        OR (final IS NULL AND failure IS NULL AND CAST(_ng_failure_terminal AS VARCHAR) = 'true')
-    ) AS final,
-    CASE WHEN is_failure THEN
-        coalesce(struct_extract(failure, 'failure_reason'), _ng_failure_reason)
+    CASE WHEN is_failure THEN coalesce(
+        TRY_CAST(CAST(struct_extract(event, 'http_status') AS VARCHAR) AS INTEGER),
+        CASE WHEN _int(_ng_failure_http_status) BETWEEN 100 AND 599 THEN _int(_ng_failure_http_status) END)
+    END AS http_status,
+    -- Named apart from the input column `attempt`, which a later expression would read instead.
+    CASE WHEN is_failure THEN coalesce(
+        _int(attempt),
+        CASE WHEN _int(_ng_attempt_index) >= 0 THEN _int(_ng_attempt_index) + 1 END,
+        1)
+    END AS attempt_number,
+    is_failure AND CASE
+        WHEN NOT nemo_failure OR json_type(final) = 'BOOLEAN' THEN _true(final)
+        ELSE _true(_ng_failure_terminal) OR attempt_number >= {max_attempts}
+    END AS final_outcome,
+    CASE WHEN is_failure THEN CASE WHEN nemo_failure THEN coalesce(
+        _str(_ng_failure_message), _str(_ng_failure_judge_error), _str(failure_reason), _str(error),
+        _str(_ng_failure_reason), '')
+        ELSE _str(struct_extract(failure, 'failure_reason')) END
     END AS reason,
     -- A saved report is never empty (`FailureReportRow.fields` writes none for an empty one).
     is_success AND _ng_failure_events IS NOT NULL AS recovered,
@@ -146,7 +195,8 @@ FROM {source}
 _GROUPED = """
 CREATE TEMP TABLE grouped AS
 SELECT
-    is_failure, is_success, recovered, kind, stage, boundary, http_status, attempt, final,
+    not_persisted, is_failure, is_success, masked, recovered, kind, stage, boundary, http_status,
+    attempt_number AS attempt, final_outcome AS final,
     CASE WHEN length(reason) > {reason_chars}
         THEN left(reason, {reason_chars} - 1) || '…' ELSE reason END AS reason,
     quota, sum(w) AS n
@@ -220,6 +270,10 @@ class Summary(BaseModel):
     failure_rows: int
     final_failure_rows: int
     other_rows: int
+    masked_success_rows: int = 0
+    """Success rows whose result must not be trained on (NeMo Gym's `mask_sample`): counted as successes."""
+    not_persisted_rows: int = 0
+    """Rows NeMo Gym marked never to be saved (`_ng_no_persist`, `_ng_dispatch_drained`): no outcome."""
     torn_tails: list[TornTail]
     by_class: list[GroupCount]
     by_kind: list[KindCount]
@@ -266,8 +320,12 @@ def summarize(
     *,
     config: FailureClassificationConfig | None = None,
     on_progress: Callable[[float], None] | None = None,
+    max_attempts: int | None = None,
 ) -> Summary:
     """Summarize the failure rows in `paths` (files, or directories of `*.jsonl`).
+
+    `max_attempts` is the attempt budget that makes a NeMo Gym failure row final (NeMo Gym's own when
+    None: `gym_failures.nemo_gym.max_rollout_attempts`).
 
     `on_progress` is called with DuckDB's percentage of the scan done (0 to 100), about ten times a
     second, from the calling thread while the scan runs in another.
@@ -285,19 +343,31 @@ def summarize(
                 torn_copies.append(copy)
         connection = duckdb.connect(":memory:")
         try:
-            _scan(connection, files, torn_copies, on_progress)
+            _scan(connection, files, torn_copies, on_progress, max_attempts)
             return _aggregate(connection, files, torn, config)
         finally:
             connection.close()
 
 
-def projection(source: str) -> str:
-    """The per-row projection (`w`, `is_failure`, `is_success`, `kind`, `stage`, `boundary`,
-    `http_status`, `attempt`, `final`, `reason`, `recovered`, `quota`) over the table expression
-    `source`, which supplies `COLUMNS` and a row weight `w`."""
+def projection(source: str, max_attempts: int | None = None) -> str:
+    """The per-row projection (`w`, `not_persisted`, `is_failure`, `is_success`, `masked`, `kind`,
+    `stage`, `boundary`, `http_status`, `attempt_number`, `final_outcome`, `reason`, `recovered`,
+    `quota`) over the
+    table expression `source`, which supplies `COLUMNS` and a row weight `w`. `max_attempts` is the
+    budget that makes a NeMo Gym failure row final (NeMo Gym's own, `max_rollout_attempts()`, when
+    None). The statement uses the macros `MACROS` creates."""
+    budget = max_rollout_attempts() if max_attempts is None else max_attempts
+    label = "_str(_ng_failure_class)"
+    for alias, kind in sorted(LABEL_ALIASES.items()):
+        label = (
+            f"CASE WHEN _str(_ng_failure_class) = {_sql_string(alias)} "
+            f"THEN {_sql_string(kind)} ELSE {label} END"
+        )
     return (
         _PROJECTION.replace("{quota_kind}", PROVIDER_QUOTA_EXHAUSTED)
         .replace("{quota_regex}", QUOTA_RESET_REGEX.replace("'", "''"))
+        .replace("{aliased_label}", label)
+        .replace("{max_attempts}", str(int(budget)))
         .replace("{source}", source)
     )
 
@@ -307,7 +377,9 @@ def _scan(
     files: Sequence[Path],
     torn_copies: Sequence[Path],
     on_progress: Callable[[float], None] | None,
+    max_attempts: int | None,
 ) -> None:
+    connection.execute(MACROS)
     parts = []
     if files:
         parts.append(f"(SELECT *, 1 AS w FROM {read_json_source(files)})")
@@ -319,7 +391,7 @@ def _scan(
         parts.append(f"(SELECT {columns}, 1 AS w WHERE false)")
     source = "(" + " UNION ALL ".join(parts) + ")"
     statement = _GROUPED.replace("{reason_chars}", str(REASON_CHARS)).replace(
-        "{projection}", projection(source)
+        "{projection}", projection(source, max_attempts)
     )
     if on_progress is None:
         connection.execute(statement)
@@ -370,12 +442,16 @@ def _aggregate(
             coalesce(sum(n) FILTER (recovered), 0),
             coalesce(sum(n) FILTER (is_failure), 0),
             coalesce(sum(n) FILTER (is_failure AND final), 0),
-            coalesce(sum(n) FILTER (NOT is_failure AND NOT is_success), 0)
+            coalesce(sum(n) FILTER (NOT is_failure AND NOT is_success AND NOT not_persisted), 0),
+            coalesce(sum(n) FILTER (masked), 0),
+            coalesce(sum(n) FILTER (not_persisted), 0)
         FROM grouped
         """
     ).fetchone()
     assert totals is not None
-    rows, successes, recovered, failures, finals, others = (int(value) for value in totals)
+    rows, successes, recovered, failures, finals, others, masked, not_persisted = (
+        int(value) for value in totals
+    )
     groups: list[tuple[_Key, int, int]] = [
         ((kind, stage, boundary, status, attempt), int(count), int(final))
         for kind, stage, boundary, status, attempt, count, final in connection.execute(
@@ -406,6 +482,8 @@ def _aggregate(
         failure_rows=failures,
         final_failure_rows=finals,
         other_rows=others,
+        masked_success_rows=masked,
+        not_persisted_rows=not_persisted,
         torn_tails=torn,
         top_reasons=reasons,
         quota_resets=_quota_resets(connection),

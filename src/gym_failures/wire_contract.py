@@ -1,0 +1,147 @@
+"""The published wire contract: JSON Schemas, generated from the models, of what gym-failures sends and saves.
+
+Four schemas (`schemas()`), written to `contract/schemas/` by `python -m gym_failures.wire_contract
+contract/schemas` (a test keeps the committed files equal to the models):
+
+- `failure_report_header`: the `X-NG-Failure-Report` header value, a `FailureReport` as compact JSON
+  (at most 4096 bytes, a bound JSON Schema cannot state: a longer value is read as omitted);
+- `failure_report_stream_field`: a terminal SSE event's `nemo_gym_failure_report` field;
+- `success_row` and `failure_row`: the two row forms (`SuccessRow`, `FailureRow`), every key named in
+  docs/rows.md; both allow keys they do not name, as every reader keeps them;
+- `rollout_failure`: the per-attempt record (`gym_failures.rollout_failure.RolloutFailure`).
+
+On the wire an event's `event_id` is left out (the events map's key carries it), so the schemas make
+it optional. The models here describe rows for the schema only: readers stay tolerant
+(`gym_failures.rows.normalized`), and the test vectors in `contract/vectors/` say what a reader makes
+of each input, valid or not.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gym_failures.failure_records import EpisodeFailure, FailureEvent, FailureReport
+from gym_failures.rollout_failure import RolloutFailure
+
+__all__ = ["FailureRow", "SuccessRow", "main", "schemas", "write_schemas"]
+
+_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+class _RowBase(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    task_index: int = Field(ge=0, description="The task's 0-based line number in the input.")
+    rollout_index: int = Field(ge=0, description="Which of the task's repeats.")
+    rollout_id: str = Field(description='"<task_index>:<rollout_index>".')
+    attempt: int = Field(ge=1, description="1-based attempt number.")
+    task_id: Any = Field(default=None, description="The input row's `id` or `task_id`, when it has one.")
+    ng_task_index: int = Field(alias="_ng_task_index", ge=0, description="NeMo Gym's copy of task_index.")
+    ng_rollout_index: int = Field(alias="_ng_rollout_index", ge=0, description="NeMo Gym's rollout_index.")
+    ng_attempt_index: int | None = Field(
+        default=None, alias="_ng_attempt_index", ge=1, description="attempt - 1; absent on the first attempt."
+    )
+    ng_failure_events: dict[str, FailureEvent] | None = Field(default=None, alias="_ng_failure_events")
+    ng_failure_id: str | None = Field(default=None, alias="_ng_failure_id")
+    ng_failure_events_omitted: bool | None = Field(default=None, alias="_ng_failure_events_omitted")
+
+
+class SuccessRow(_RowBase):
+    """A row of `<output>.jsonl`: one attempt that ended in a result."""
+
+    result: dict[str, Any] = Field(description="The agent's result, without its `response`.")
+    reward: Any = Field(description="`result`'s reward, where NeMo Gym reads it.")
+    response: Any = Field(default=None, description="The policy's response, moved out of `result`.")
+    mask_sample: bool | None = Field(default=None, description="A complete result not to be trained on.")
+
+
+class FailureRow(_RowBase):
+    """A row of `<output>_failures.jsonl`: one failed attempt."""
+
+    failure: EpisodeFailure
+    final: bool = Field(description="No attempt follows this one.")
+    final_reason: Literal["terminal", "attempt_budget_exhausted", "possibly_delivered"] | None
+    closed_on_resume: bool | None = None
+    rollout_failure: RolloutFailure | None = None
+    ng_failure_class: str | None = Field(default=None, alias="_ng_failure_class")
+    ng_failure_terminal: bool = Field(alias="_ng_failure_terminal")
+    ng_failure_message: str = Field(alias="_ng_failure_message", max_length=2000)
+    ng_failure_stage: str | None = Field(default=None, alias="_ng_failure_stage")
+    ng_failure_type: str | None = Field(default=None, alias="_ng_failure_type")
+    ng_failure_http_status: int | None = Field(default=None, alias="_ng_failure_http_status", ge=100, le=599)
+    ng_failure_response_body: str | None = Field(
+        default=None, alias="_ng_failure_response_body", max_length=512
+    )
+
+
+def _event_id_optional(schema: dict[str, Any]) -> dict[str, Any]:
+    event = schema.get("$defs", {}).get("FailureEvent")
+    if event is not None and "event_id" in event.get("required", []):
+        event["required"] = [name for name in event["required"] if name != "event_id"]
+        event["properties"]["event_id"]["description"] = "Left out on the wire: the events map's key."
+    return schema
+
+
+def _schema(model: type[BaseModel], title: str, description: str) -> dict[str, Any]:
+    schema = _event_id_optional(model.model_json_schema(by_alias=True))
+    return {"$schema": _DIALECT, "title": title, "description": description, **schema}
+
+
+def schemas() -> dict[str, dict[str, Any]]:
+    """Every schema of the contract, by file stem."""
+    report = _schema(
+        FailureReport,
+        "X-NG-Failure-Report header value",
+        "A FailureReport as compact JSON, at most 4096 bytes; longer values are read as omitted.",
+    )
+    stream = {
+        "$schema": _DIALECT,
+        "title": "Terminal stream event field",
+        "description": "The `nemo_gym_failure_report` field of a terminal SSE event's JSON payload.",
+        "type": "object",
+        "properties": {"nemo_gym_failure_report": {"$ref": "#/$defs/FailureReport"}},
+        "$defs": {
+            **report.get("$defs", {}),
+            "FailureReport": {key: value for key, value in report.items() if key not in ("$defs", "$schema")},
+        },
+    }
+    return {
+        "failure_report_header": report,
+        "failure_report_stream_field": stream,
+        "success_row": _schema(SuccessRow, "Success row", "A row of <output>.jsonl (docs/rows.md)."),
+        "failure_row": _schema(FailureRow, "Failure row", "A row of <output>_failures.jsonl (docs/rows.md)."),
+        "rollout_failure": _schema(
+            RolloutFailure, "RolloutFailure (schema version 2)", "One failed attempt as the collector saw it."
+        ),
+    }
+
+
+def write_schemas(directory: Path) -> list[Path]:
+    """Write every schema to `<directory>/<name>.schema.json`; the paths written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, schema in schemas().items():
+        path = directory / f"{name}.schema.json"
+        path.write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gym_failures.wire_contract DIRECTORY`: write the schemas there."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m gym_failures.wire_contract DIRECTORY", file=sys.stderr)
+        return 2
+    for path in write_schemas(Path(args[0])):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,314 @@
+"""Reading NeMo Gym's row forms: one normalization (`rows.normalized`) for Python, the same rules in the
+summary's SQL, kept equal by a differential test over generated files."""
+
+from __future__ import annotations
+
+import json
+import string
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from gym_failures import nemo_gym
+from gym_failures.gate import read_coverage
+from gym_failures.reporting.explain import explain_row, rollout_rows
+from gym_failures.reporting.summary import summarize
+from gym_failures.rows import is_not_persisted, is_rollout_row, normalized
+
+RUNS = Path(__file__).resolve().parents[1] / "examples" / "nemo_gym_runs"
+CASES = sorted(path.name for path in RUNS.iterdir() if path.is_dir())
+
+
+# --- Each form --------------------------------------------------------------------------------
+
+
+def test_a_flat_completed_row_is_a_success_whose_reward_is_its_verdict() -> None:
+    row = normalized(
+        {"_ng_task_index": 3, "_ng_rollout_index": 1, "reward": 1.0, "response": {"output": []}, "extra": 7}
+    )
+    assert (row["rollout_id"], row["attempt"]) == ("3:1", 1)
+    assert row["result"] == {"reward": 1.0, "response": {"output": []}, "extra": 7}
+    assert row["reward_is_verdict"] is True
+    assert "failure" not in row
+
+
+def test_the_attempt_index_counts_earlier_failures() -> None:
+    assert (
+        normalized({"_ng_task_index": 0, "_ng_rollout_index": 0, "_ng_attempt_index": 2, "reward": 0})[
+            "attempt"
+        ]
+        == 3
+    )
+
+
+def test_a_masked_completed_row_stays_a_success() -> None:
+    row = normalized(
+        {"_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 0.0, "response": {}, "mask_sample": True,
+         "failure_reason": "no verdict", "failure_kind": "judge_failed"}
+    )  # fmt: skip
+    assert row["masked"] is True
+    assert "failure" not in row
+    assert is_rollout_row(row)
+
+
+@pytest.mark.parametrize(
+    ("keys", "reason"),
+    [
+        ({"error": "old"}, "old"),
+        ({"_ng_failure_message": "message", "error": "old"}, "message"),
+        ({"_ng_failure_judge_error": "judge", "failure_reason": "other"}, "judge"),
+        ({"failure_reason": "plain"}, "plain"),
+        ({"error": {"not": "a string"}}, ""),
+    ],
+)
+def test_a_failure_rows_reason_is_the_first_string_of_its_reason_keys(
+    keys: dict[str, Any], reason: str
+) -> None:
+    row = normalized(
+        {"_ng_task_index": 0, "_ng_rollout_index": 0, "_ng_failure_class": "judge_failed", **keys}
+    )
+    assert row["failure"]["failure_reason"] == reason
+
+
+def test_a_failure_row_is_final_when_terminal_or_when_its_budget_is_spent() -> None:
+    def final(**keys: Any) -> tuple[bool, str | None]:
+        row = normalized(
+            {"_ng_task_index": 0, "_ng_failure_class": "agent_run_error", **keys}, max_attempts=3
+        )
+        return row["final"], row["final_reason"]
+
+    assert final() == (False, None)
+    assert final(_ng_failure_terminal=True) == (True, "terminal")
+    assert final(_ng_attempt_index=2) == (True, "attempt_budget_exhausted")
+    assert final(_ng_attempt_index=1) == (False, None)
+
+
+def test_the_budget_comes_from_nemo_gyms_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(nemo_gym.MAX_ATTEMPTS_ENV, "5")
+    assert nemo_gym.max_rollout_attempts() == 5
+    row = normalized({"_ng_task_index": 0, "_ng_failure_class": "x", "_ng_attempt_index": 2})
+    assert row["final"] is False
+    monkeypatch.setenv(nemo_gym.MAX_ATTEMPTS_ENV, "zero")
+    assert nemo_gym.max_rollout_attempts() == nemo_gym.DEFAULT_MAX_ATTEMPTS
+
+
+def test_a_peers_label_is_read_as_the_references_kind() -> None:
+    row = normalized(
+        {"_ng_task_index": 0, "_ng_failure_class": "protocol_violation", "_ng_failure_terminal": True}
+    )
+    assert row["failure"]["failure_kind"] == "environment_protocol_violation"
+    assert row["_ng_failure_class"] == "protocol_violation", "the label as written is kept"
+
+
+def test_unknown_nemo_gym_keys_are_kept() -> None:
+    raw = {"_ng_task_index": 0, "_ng_rollout_index": 0, "_ng_trace": {"a": 1}, "_ng_failure_class": "x"}
+    row = normalized(raw)
+    assert {key: row[key] for key in raw} == raw
+
+
+@pytest.mark.parametrize("marker", [nemo_gym.NO_PERSIST, nemo_gym.DISPATCH_DRAINED])
+def test_a_row_never_meant_to_be_saved_is_no_rollout_row(marker: str) -> None:
+    row = normalized({"_ng_task_index": 0, "reward": 1.0, marker: True})
+    assert is_not_persisted(row)
+    assert not is_rollout_row(row)
+    assert explain_row(row).problem is not None
+
+
+def test_a_row_of_ours_reads_back_its_result_whole() -> None:
+    row = normalized(
+        {"rollout_id": "0:0", "attempt": 1, "result": {"reward": 1.0}, "reward": 1.0, "response": {}}
+    )
+    assert row["result"] == {"reward": 1.0, "response": {}}
+    assert "reward_is_verdict" not in row
+
+
+def test_explain_finds_a_nemo_gym_rollout_by_its_id() -> None:
+    files = [RUNS / "mixed_attempts" / "rollouts.jsonl", RUNS / "mixed_attempts" / "rollouts_failures.jsonl"]
+    found = rollout_rows(files, "0:0")
+    assert [(item.attempt, item.outcome) for item in found] == [
+        (1, "failure"),
+        (2, "failure"),
+        (3, "success"),
+    ]
+    assert found[1].failure is not None
+    assert found[1].failure["failure_reason"] == "judge said 'maybe'"
+
+
+# --- The fixtures -----------------------------------------------------------------------------
+
+
+def _files(case: str) -> list[Path]:
+    return [RUNS / case / "rollouts.jsonl", RUNS / case / "rollouts_failures.jsonl"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_summarize_counts_each_fixture_as_expected(case: str) -> None:
+    expected = json.loads((RUNS / case / "expected.json").read_text())["summary"]
+    summary = summarize(_files(case), max_attempts=3)
+    scalars = {
+        key: value for key, value in expected.items() if key not in ("torn_tails", "by_kind", "by_attempt")
+    }
+    assert {key: getattr(summary, key) for key in scalars} == scalars
+    assert len(summary.torn_tails) == expected["torn_tails"]
+    assert {item.value: item.count for item in summary.by_kind} == expected["by_kind"]
+    assert {str(item.attempt): [item.count, item.final] for item in summary.by_attempt} == expected[
+        "by_attempt"
+    ]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_gate_covers_each_fixture_as_expected(case: str) -> None:
+    expected = json.loads((RUNS / case / "expected.json").read_text())["gate"]
+    coverage = read_coverage(_files(case), max_attempts=3)
+    assert {key: getattr(coverage, key) for key in expected} == expected
+
+
+# --- SQL and Python agree ---------------------------------------------------------------------
+
+_TEXT = st.text(alphabet=string.ascii_letters + string.digits + " _:'\"\\é", max_size=6)
+_SCALAR = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-2, 4),
+    st.floats(-2, 4, allow_nan=False),
+    _TEXT,
+    st.just({}),
+    st.just([1]),
+)
+_LABEL = st.sampled_from(["judge_failed", "protocol_violation", "timeout_exceeded", "", None, 5, True])
+_FAILURE = st.one_of(
+    _SCALAR,
+    st.fixed_dictionaries(
+        {}, optional={"failure_kind": _LABEL, "failure_reason": st.one_of(_TEXT, _SCALAR), "stage": _SCALAR}
+    ),
+)
+_ROW = st.fixed_dictionaries(
+    {},
+    optional={
+        "_ng_task_index": st.integers(0, 2),
+        "_ng_rollout_index": st.integers(0, 1),
+        "_ng_attempt_index": _SCALAR,
+        "attempt": _SCALAR,
+        "final": _SCALAR,
+        "failure": _FAILURE,
+        "result": _SCALAR,
+        "reward": _SCALAR,
+        "response": _SCALAR,
+        "mask_sample": _SCALAR,
+        "failure_kind": _SCALAR,
+        "failure_reason": _SCALAR,
+        "error": _SCALAR,
+        "_ng_failure_class": _LABEL,
+        "_ng_failure_terminal": _SCALAR,
+        "_ng_failure_message": _SCALAR,
+        "_ng_failure_judge_error": _SCALAR,
+        "_ng_failure_reason": _SCALAR,
+        "_ng_failure_stage": _SCALAR,
+        "_ng_failure_http_status": st.one_of(st.sampled_from([99, 100, 429, 599, 600]), _SCALAR),
+        "_ng_no_persist": _SCALAR,
+        "_ng_dispatch_drained": _SCALAR,
+    },
+)
+
+
+def _python_counts(rows: list[dict[str, Any]], max_attempts: int) -> dict[str, Any]:
+    """What the summary must say about `rows`, counted from `rows.normalized` in Python."""
+    counts: Counter[str] = Counter()
+    by_kind: Counter[str | None] = Counter()
+    by_attempt: Counter[tuple[int, bool]] = Counter()
+    by_stage: Counter[str | None] = Counter()
+    by_status: Counter[int | None] = Counter()
+    reasons: Counter[tuple[str | None, str]] = Counter()
+    for raw in rows:
+        row = normalized(raw, max_attempts)
+        counts["rows"] += 1
+        if is_not_persisted(row):
+            counts["not_persisted"] += 1
+        elif "failure" in row:
+            failure = row["failure"] if isinstance(row["failure"], Mapping) else {}
+            kind, stage, reason = (failure.get(key) for key in ("failure_kind", "stage", "failure_reason"))
+            kind = kind if isinstance(kind, str) else None
+            status = row.get("_ng_failure_http_status")
+            attempt = row.get("attempt")
+            final = row.get("final") is True
+            counts["failures"] += 1
+            counts["final"] += final
+            by_kind[kind] += 1
+            by_attempt[(attempt if type(attempt) is int else 1, final)] += 1
+            by_stage[stage if isinstance(stage, str) else None] += 1
+            by_status[status if type(status) is int and 100 <= status <= 599 else None] += 1
+            if isinstance(reason, str) and reason:
+                reasons[(kind, reason)] += 1
+        elif "result" in row:
+            counts["successes"] += 1
+            counts["masked"] += row.get("masked") is True
+        else:
+            counts["other"] += 1
+    return {
+        "counts": +counts,
+        "by_kind": +by_kind,
+        "by_attempt": +by_attempt,
+        "by_stage": +by_stage,
+        "by_status": +by_status,
+        "reasons": +reasons,
+    }
+
+
+def _sql_counts(path: Path, max_attempts: int) -> dict[str, Any]:
+    summary = summarize([path], max_attempts=max_attempts)
+    counts = Counter(
+        rows=summary.rows,
+        not_persisted=summary.not_persisted_rows,
+        failures=summary.failure_rows,
+        final=summary.final_failure_rows,
+        successes=summary.success_rows,
+        masked=summary.masked_success_rows,
+        other=summary.other_rows,
+    )
+    by_attempt: Counter[tuple[int, bool]] = Counter()
+    for item in summary.by_attempt:
+        by_attempt[(item.attempt, True)] += item.final
+        by_attempt[(item.attempt, False)] += item.count - item.final
+    return {
+        "counts": +counts,
+        "by_kind": +Counter({item.value: item.count for item in summary.by_kind}),
+        "by_attempt": +by_attempt,
+        "by_stage": +Counter({item.value: item.count for item in summary.by_stage}),
+        "by_status": +Counter({item.value: item.count for item in summary.by_http_status}),
+        "reasons": +Counter({(item.kind, item.reason): item.count for item in summary.top_reasons}),
+    }
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(_ROW, max_size=8), max_attempts=st.integers(1, 3))
+@example(rows=[{"_ng_failure_class": "protocol_violation", "_ng_attempt_index": 2}], max_attempts=3)
+@example(rows=[{"reward": None, "response": "x", "failure_kind": "judge_failed"}], max_attempts=3)
+def test_the_summarys_sql_counts_every_row_as_python_reads_it(
+    tmp_path: Path, rows: list[dict[str, Any]], max_attempts: int
+) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert _sql_counts(path, max_attempts) == _python_counts(rows, max_attempts)
+
+
+_KEYS = st.sampled_from(
+    [*sorted(nemo_gym.CONTRACT_KEYS), "_ng_x", "reward", "response", "error", *nemo_gym.REASON_KEYS,
+     nemo_gym.FAILURE_CLASS, nemo_gym.TASK_INDEX, nemo_gym.ATTEMPT_INDEX, nemo_gym.ROLLOUT_ID]
+)  # fmt: skip
+
+
+@given(st.dictionaries(_KEYS, _SCALAR | st.dictionaries(_TEXT, _SCALAR, max_size=2), max_size=8))
+def test_reading_any_row_keeps_every_key_and_never_raises(row: dict[str, Any]) -> None:
+    """Every key that is not the contract's keeps its value; a contract key is only ever filled in
+    (a value of the wrong type replaced), never removed, but for a null `failure` or `result`."""
+    read = normalized(row)
+    foreign = {key: value for key, value in row.items() if key not in nemo_gym.CONTRACT_KEYS}
+    assert {key: read[key] for key in foreign} == foreign
+    kept = {key for key, value in row.items() if value is not None or key not in ("failure", "result")}
+    assert kept <= set(read)
+    assert normalized(read) == read, "reading twice reads the same"
