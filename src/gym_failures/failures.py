@@ -74,6 +74,7 @@ __all__ = [
     "failure_type_for",
     "new_event_id",
     "rebuild_failure",
+    "safe_text",
     "sdk_error_details",
 ]
 
@@ -89,18 +90,22 @@ def new_event_id() -> str:
     return secrets.token_urlsafe(12)
 
 
-def bounded_text(text: str, limit: int = _MAX_REASON) -> str:
-    """`text` made safe to send and cut to at most `limit` characters, the cut marked with "…".
+def safe_text(text: str) -> str:
+    """`text` with every lone surrogate escaped (`\\udcff`): text decoded with `surrogateescape`, as a
+    tool's stderr often is, cannot be written as UTF-8, and a JSON reader may refuse its escape. The
+    failure matters more than its bytes, so the text is kept, escaped, rather than refused."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
-    Safe: a lone surrogate (text decoded with `surrogateescape`, as a tool's stderr often is) cannot
-    be written as UTF-8 or JSON, so it is escaped (`\\udcff`) rather than refused: the failure matters
-    more than its bytes.
-    """
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+def bounded_text(text: str, limit: int = _MAX_REASON) -> str:
+    """`text` made safe (`safe_text`) and cut to at most `limit` characters, the cut marked with "…"."""
+    text = safe_text(text)
     return text if len(text) <= limit else text[: limit - 1] + CUT_MARK
 
 

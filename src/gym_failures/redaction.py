@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "REDACTED",
     "forget_registered_secrets",
     "redact",
+    "redact_values",
     "register_secret",
     "register_secret_pattern",
     "request_secrets",
@@ -236,13 +239,46 @@ def _basic_secrets(credential: str) -> list[str]:
 
 
 def url_secrets(url: str) -> list[str]:
-    """The secrets a URL a client calls carries: its user info's password (raw and decoded) and its
-    query values. A collector registers them, so its own rows never quote them."""
+    """The secrets a URL a client calls carries: its user info's password (raw and decoded), the Basic
+    credential an HTTP client makes of the user info (`user:password` and its base64), and its query
+    values. A collector scrubs its rows of them."""
     try:
         parts = urlsplit(url)
-        password = parts.password
+        user, password = parts.username, parts.password
     except ValueError:
         return []
-    secrets = [password, unquote(password)] if password else []
+    secrets = []
+    if password:
+        plain = f"{unquote(user or '')}:{unquote(password)}"
+        secrets += [password, unquote(password), plain, base64.b64encode(plain.encode()).decode()]
     secrets += [value for _, value in parse_qsl(parts.query)]
     return [secret for secret in secrets if len(secret) >= MIN_KNOWN_SECRET]
+
+
+# Deeper than this, a structure's strings are scrubbed through its JSON text: no real row nests so deep,
+# and recursion must not be what a hostile reply controls.
+_MAX_DEPTH = 64
+
+
+def redact_values(value: Any, secrets: Sequence[str], _depth: int = 0) -> Any:
+    """`value` (a row, a reply body: dicts, lists and scalars) with each of `secrets` replaced in every
+    string in it, keys left as they are. Only these known values are replaced, never a pattern: the
+    rest of a row (a policy's answer) is data, and stays as it was."""
+    known = [secret for secret in secrets if len(secret) >= MIN_KNOWN_SECRET]
+    if not known:
+        return value
+    if isinstance(value, str):
+        for secret in sorted(known, key=len, reverse=True):
+            value = value.replace(secret, REDACTED)
+        return value
+    if _depth >= _MAX_DEPTH and isinstance(value, dict | list):
+        text = json.dumps(value)
+        for secret in sorted(known, key=len, reverse=True):
+            # As the secret is written inside a JSON string: a quote or backslash in it is escaped.
+            text = text.replace(json.dumps(secret)[1:-1], REDACTED)
+        return json.loads(text)
+    if isinstance(value, dict):
+        return {key: redact_values(item, known, _depth + 1) for key, item in value.items()}
+    if isinstance(value, list):
+        return [redact_values(item, known, _depth + 1) for item in value]
+    return value

@@ -49,11 +49,13 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from gym_failures.failures import safe_text
 from gym_failures.nemo_gym import FAILURE_CLASS, FAILURE_TERMINAL, is_not_persisted, read_nemo_gym
 
 __all__ = [
@@ -180,6 +182,17 @@ class JsonlScan:
     """Rows NeMo Gym marked never to be saved (`is_not_persisted`); still yielded, for readers to skip."""
 
 
+_LONE_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _holds_lone_surrogate(row: dict[str, Any]) -> bool:
+    try:
+        json.dumps(row, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def read_rows(
     path: Path, scan: JsonlScan | None = None, max_attempts: int | None = None
 ) -> Iterator[dict[str, Any]]:
@@ -199,10 +212,14 @@ def read_rows(
                 row = json.loads(line)
             except (ValueError, RecursionError):
                 row = None
+            if isinstance(row, dict) and _LONE_SURROGATE_ESCAPE.search(line) and _holds_lone_surrogate(row):
+                # Valid JSON, but not text: DuckDB (`summarize`) cannot read the row either, so both
+                # readers count it as no rollout's outcome.
+                row = None
             if not isinstance(row, dict):
                 if line.strip():
                     scan.invalid_lines.append(number)
-                    _LOGGER.warning("%s:%d: not a JSON object, skipped", path, number)
+                    _LOGGER.warning("%s:%d: not a JSON object of valid text, skipped", path, number)
                 continue
             scan.rows += 1
             scan.not_persisted += is_not_persisted(row)
@@ -318,10 +335,26 @@ def _dumps(row: Mapping[str, Any]) -> str:
     return json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+def _safe_texts(value: Any) -> Any:
+    """`value` with every string in it (keys too) made writable as UTF-8 (`safe_text`)."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, Mapping):
+        return {_safe_texts(key): _safe_texts(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_safe_texts(item) for item in value]
+    return value
+
+
 def _encoded(row: Mapping[str, Any]) -> bytes:
-    """`row` as one line of standard JSON (see the module docstring for non-finite numbers)."""
+    """`row` as one line of standard JSON (see the module docstring for non-finite numbers and text that
+    is not valid Unicode)."""
     try:
         return (_dumps(row) + "\n").encode()
+    except UnicodeEncodeError:
+        # A lone surrogate (a task's text decoded with `surrogateescape`): escaped as text, never written
+        # as a "\\ud800" escape, which DuckDB reads as no row of ours (see `read_rows`).
+        return _encoded(_safe_texts(row))
     except ValueError:
         found: dict[str, str] = {}
         clean: dict[str, Any] = _finite(row, "", found)

@@ -6,6 +6,7 @@ Run with `python -m tests.collection.agent_app PORT`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import sys
 from typing import Any
 
@@ -86,6 +87,18 @@ async def run(request: Request) -> Response:
             "failure_reason": "no verdict",
         }
         return JSONResponse(BaseEpisodeResponse(result=masked).model_dump(mode="json"))
+    if mode == "quote_credentials":
+        # A careless agent: its hand-built body quotes the request's Authorization header (the Basic
+        # credential the collector's client made of the agent URL's user info), decoded too.
+        authorization = request.headers.get("authorization", "")
+        decoded = base64.b64decode(authorization.partition(" ")[2] or b"").decode()
+        quoted = f"refused {authorization} ({decoded})"
+        if attempt == 1:
+            failure = EpisodeFailure(failure_kind="agent_run_error", failure_reason=quoted, terminal=False)
+            return JSONResponse(BaseEpisodeResponse(failure=failure).model_dump(mode="json"))
+        return JSONResponse(
+            BaseEpisodeResponse(result={"reward": 1.0, "note": quoted}).model_dump(mode="json")
+        )
     if mode == "nan_reward":
         return Response(b'{"result": {"reward": NaN}}', media_type="application/json")
     raise ValueError(f"unknown mode {mode!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import fcntl
 import json
 import math
@@ -573,3 +574,32 @@ async def test_a_reply_over_the_size_bound_is_a_protocol_violation(tmp_path: Pat
     (row,) = _rows(config.failures_path)
     assert row["failure"]["failure_kind"] == ENVIRONMENT_PROTOCOL_VIOLATION
     assert "over 10" in row["failure"]["failure_reason"]
+
+
+async def test_a_task_holding_a_lone_surrogate_is_collected(tmp_path: Path, agent_url: str) -> None:
+    """Valid JSON (`"\\ud800"`) that is no valid text stopped every run and resume before issue 14."""
+    config = _config(tmp_path, agent_url, [{"id": "bad-\ud800", "mode": "ok"}, {"mode": "ok"}])
+
+    summary = await collect(config)
+
+    rows = _rows(config.output_path)
+    assert summary.attempts == 2
+    assert len(rows) == 2
+    config.output_path.read_bytes().decode("utf-8")
+    assert (await collect(config)).attempts == 0, "a resume finds both rollouts done"
+
+
+async def test_the_agent_urls_credentials_never_reach_a_row(tmp_path: Path, agent_url: str) -> None:
+    """An agent URL with user info makes the client send a Basic credential; an agent that quotes it in
+    a hand-built body (failure reason, result) has it replaced before the row is saved."""
+    password = "Zq9AgentUrlPassword"
+    url = agent_url.replace("http://", f"http://collector:{password}@")
+    config = _config(tmp_path, url, [{"mode": "quote_credentials"}], max_attempts=2)
+
+    await collect(config)
+
+    saved = config.output_path.read_text() + config.failures_path.read_text()
+    token = base64.b64encode(f"collector:{password}".encode()).decode()
+    assert "refused" in saved, "the control: the agent quoted what it was sent"
+    assert password not in saved
+    assert token not in saved

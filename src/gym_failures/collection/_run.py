@@ -109,7 +109,7 @@ from gym_failures.failures import (
     exception_type_name,
     new_event_id,
 )
-from gym_failures.redaction import redact, url_secrets, url_without_secrets
+from gym_failures.redaction import redact, redact_values, url_secrets, url_without_secrets
 from gym_failures.rollout_failure import Delivery, RolloutFailure, delivery_of
 from gym_failures.rows import (
     FAILURES_SUFFIX,
@@ -496,6 +496,7 @@ class Collector:
         self.config = config
         self.on_progress = on_progress
         self.summary = CollectionSummary()
+        self._secrets = url_secrets(config.agent_url)
         self._finished = 0
         self._run_id = ""
 
@@ -559,8 +560,10 @@ class Collector:
             self._progress()
 
     def _write(self, writer: RowWriter, row: dict[str, Any]) -> None:
-        """Save one row: the one place a row is written."""
-        writer.write(row)
+        """Save one row: the one place a row is written. The collector's own secrets (the agent URL's
+        user info and query values, and the Basic credential the client sends for them) are replaced
+        wherever the row holds them: an agent's reply may quote the request it was sent."""
+        writer.write(redact_values(row, self._secrets))
 
     async def _rollout(
         self, session: aiohttp.ClientSession, rollout: _Rollout, successes: RowWriter, failures: RowWriter
