@@ -95,6 +95,7 @@ from gym_failures.rows import (
     repair_torn_tail,
     rollout_id,
 )
+from gym_failures.telemetry import CollectionProgress, RolloutOutcome, record_rollout, rollout_outcome
 
 LOGGER = logging.getLogger("gym_failures.collection")
 
@@ -120,6 +121,8 @@ class CollectionConfig(BaseModel):
     max_reply_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
     """The largest episode reply read; a larger one is the agent's protocol violation, not memory."""
     force_resume: bool = False
+    agent_name: str = Field(default="agent", min_length=1, max_length=128)
+    """The agent's name in telemetry (`nemo.gym.rollout.dispatch.name`); never its URL."""
 
     @field_validator("agent_url")
     @classmethod
@@ -353,12 +356,13 @@ class Collector:
     """Run one collection: `await Collector(config).run()`."""
 
     def __init__(
-        self, config: CollectionConfig, on_progress: Callable[[int, int], None] | None = None
+        self, config: CollectionConfig, on_progress: Callable[[CollectionProgress], None] | None = None
     ) -> None:
         self.config = config
         self.on_progress = on_progress
+        """Called with `progress` after every change: the live view's one hook."""
         self.summary = CollectionSummary()
-        self._finished = 0
+        self.progress = CollectionProgress()
 
     async def run(self) -> CollectionSummary:
         config = self.config
@@ -366,16 +370,14 @@ class Collector:
             tasks = _read_tasks(config.input_path, self.summary)
             _check_manifest(config, len(tasks) * config.num_repeats)
             rollouts, closing = _pending(config, tasks, self.summary)
-            self._finished = self.summary.already_done
+            self.progress.expected = self.summary.expected
+            self.progress.already_done = self.summary.already_done
             self._progress()
             with RowWriter(config.output_path) as successes, RowWriter(config.failures_path) as failures:
                 for row in closing:
-                    failures.write(row)
+                    self._save(failures, row, dispatched=False)
                     self.summary.failed_final += 1
                     self.summary.closed_on_resume += 1
-                    self._finished += 1
-                if closing:
-                    self._progress()
                 await self._dispatch(rollouts, successes, failures)
         return self.summary
 
@@ -401,7 +403,21 @@ class Collector:
 
     def _progress(self) -> None:
         if self.on_progress is not None:
-            self.on_progress(self._finished, self.summary.expected)
+            self.on_progress(self.progress)
+
+    def _save(self, writer: RowWriter, row: dict[str, Any], *, dispatched: bool = True) -> None:
+        """Write `row`, then count it: in telemetry when it is an attempt's, and in `progress`."""
+        try:
+            writer.write(row)
+        except BaseException:
+            if dispatched:
+                record_rollout(RolloutOutcome("omitted", final=False), self.config.agent_name)
+            raise
+        outcome = rollout_outcome(row)
+        if dispatched:
+            record_rollout(outcome, self.config.agent_name)
+        self.progress.add(outcome, dispatched=dispatched)
+        self._progress()
 
     async def _worker(
         self,
@@ -416,8 +432,6 @@ class Collector:
             except asyncio.QueueEmpty:
                 return
             await self._rollout(session, rollout, successes, failures)
-            self._finished += 1
-            self._progress()
 
     async def _rollout(
         self, session: aiohttp.ClientSession, rollout: _Rollout, successes: RowWriter, failures: RowWriter
@@ -431,7 +445,7 @@ class Collector:
                 row["result"] = response.result
                 row["reward"] = response.result.get("reward")
                 row.update(FailureReportRow.fields(report))
-                successes.write(row)
+                self._save(successes, row)
                 self.summary.succeeded += 1
                 return
             assert response.failure is not None
@@ -444,7 +458,7 @@ class Collector:
             row["final"] = final_reason is not None
             row["final_reason"] = final_reason
             row.update(FailureReportRow.fields(report))
-            failures.write(row)
+            self._save(failures, row)
             if final_reason is not None:
                 self.summary.failed_final += 1
                 return
@@ -559,7 +573,7 @@ def episode_response(body: bytes, url: str) -> BaseEpisodeResponse:
 
 
 async def collect(
-    config: CollectionConfig, on_progress: Callable[[int, int], None] | None = None
+    config: CollectionConfig, on_progress: Callable[[CollectionProgress], None] | None = None
 ) -> CollectionSummary:
     """Run one collection (resuming what is on disk) and return its summary."""
     return await Collector(config, on_progress).run()
