@@ -9,6 +9,13 @@ Variants run in alternating batches in one process, so a noisy neighbour slows t
 
 The failure path compares a handler raising a Gym failure with a 10-event cause chain under the
 middleware against a bare handler returning a 500 of the same size.
+
+Telemetry (`measure_telemetry`): OpenTelemetry's global providers can be set once per process, so two
+worker processes run in alternating rounds, both with an SDK meter provider (an in-memory reader) and
+an SDK tracer provider installed and every failing request inside a span; one has gym-failures'
+instrumentation switched off (`OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=gym_failures`), so the two
+differ only in what gym-failures records. The success path is measured against the floor inside the
+instrumented worker.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import os
 import re
 import shutil
 import socket
@@ -23,7 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +255,117 @@ def measure_uvicorn(rounds: int = 5, seconds: int = 3) -> dict[str, float] | Non
     return {variant: statistics.median(values) for variant, values in samples.items()}
 
 
+class SpanPerRequest:
+    """Runs each request inside an SDK span, as OpenTelemetry's ASGI instrumentation does."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        from opentelemetry import trace
+
+        self.app = app
+        self.tracer = trace.get_tracer("benchmarks")
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        with self.tracer.start_as_current_span("request"):
+            await self.app(scope, receive, send)
+
+
+def _install_sdk() -> None:
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    trace.set_tracer_provider(TracerProvider())
+
+
+async def _telemetry_worker() -> None:
+    """Serve batches named on stdin (`<variant> <requests>`), answering requests per second."""
+    logging.getLogger("gym_failures").setLevel(logging.CRITICAL)
+    _install_sdk()
+    variants = _variants()
+    failing = _app(failing=True)
+    failing.add_middleware(FailureReportMiddleware, boundary="agent")
+    apps: dict[str, ASGIApp] = {
+        "floor": variants["floor"],
+        "gym": variants["gym"],
+        "failure": failing,
+        "failure_span": SpanPerRequest(failing),
+    }
+    for app in apps.values():
+        await _startup(app)
+    for line in sys.stdin:
+        name, requests = line.split()
+        print(await _batch(apps[name], int(requests)), flush=True)
+
+
+class _Worker:
+    def __init__(self, instrumented: bool) -> None:
+        env = dict(os.environ)
+        env.pop("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", None)
+        if not instrumented:
+            env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "gym_failures"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.bench_middleware", "--telemetry-worker"],
+            cwd=Path(__file__).resolve().parents[1],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def batch(self, name: str, requests: int) -> float:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.process.stdin.write(f"{name} {requests}\n")
+        self.process.stdin.flush()
+        return float(self.process.stdout.readline())
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def measure_telemetry(rounds: int = 15, requests: int = 2000) -> dict[str, float]:
+    """Median requests per second: the success path (floor, gym) with the SDK installed, and the
+    failure path with and without a span, instrumented (`*_on`) and switched off (`*_off`)."""
+    workers = {"on": _Worker(instrumented=True), "off": _Worker(instrumented=False)}
+    try:
+        for worker in workers.values():
+            worker.batch("failure", 10)  # imports and first-call costs, untimed
+        samples: dict[str, list[float]] = {}
+        plan = [("on", "floor"), ("on", "gym")]
+        plan += [(side, name) for name in ("failure", "failure_span") for side in ("on", "off")]
+        for index in range(rounds):
+            shift = index % len(plan)
+            for side, name in plan[shift:] + plan[:shift]:
+                batch = requests if not name.startswith("failure") else requests // 4
+                samples.setdefault(f"{name}_{side}", []).append(workers[side].batch(name, batch))
+    finally:
+        for worker in workers.values():
+            worker.close()
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def telemetry_table(figures: Mapping[str, float]) -> str:
+    floor, gym = figures["floor_on"], figures["gym_on"]
+    lines = [
+        "| with an OpenTelemetry SDK meter and tracer provider | requests/s (median) | ratio | target |",
+        "| --- | ---: | ---: | --- |",
+        f"| success path: floor | {floor:,.0f} | 1.000 | |",
+        f"| success path: gym | {gym:,.0f} | {gym / floor:.3f} of the floor | ≥ 0.95 |",
+    ]
+    for name, what in (
+        ("failure", "failure path, no active span"),
+        ("failure_span", "failure path, in a span"),
+    ):
+        on, off = figures[f"{name}_on"], figures[f"{name}_off"]
+        lines.append(f"| {what}: instrumentation off | {off:,.0f} | 1.000 | |")
+        lines.append(f"| {what}: recording | {on:,.0f} | {off / on:.3f}x the cost | ≤ 1.1x |")
+    return "\n".join(lines)
+
+
 def main() -> str:
     # The failure path logs one ERROR line per request; a benchmark measures the work, not a terminal.
     logging.getLogger("gym_failures").setLevel(logging.CRITICAL)
@@ -267,6 +386,7 @@ def main() -> str:
         f"| Gym failure with a 10-event chain | {figures['failure_gym']:,.0f} | "
         f"{figures['failure_gym'] / figures['failure_bare']:.3f} |",
     ]
+    lines += ["", telemetry_table(measure_telemetry())]
     served = measure_uvicorn()
     if served is None:
         lines += ["", "(wrk not found: the under-uvicorn figures were skipped)"]
@@ -287,4 +407,7 @@ def main() -> str:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--telemetry-worker"]:
+        asyncio.run(_telemetry_worker())
+    else:
+        main()

@@ -23,6 +23,7 @@ MODULES = [
     "gym_failures.reporting.html",
     "gym_failures.reporting.summary",
     "gym_failures.rows",
+    "gym_failures.telemetry",
 ]
 
 
