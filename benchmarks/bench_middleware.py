@@ -10,12 +10,10 @@ Variants run in alternating batches in one process, so a noisy neighbour slows t
 The failure path compares a handler raising a Gym failure with a 10-event cause chain under the
 middleware against a bare handler returning a 500 of the same size.
 
-Telemetry (`measure_telemetry`): OpenTelemetry's global providers can be set once per process, so two
-worker processes run in alternating rounds, both with an SDK meter provider (an in-memory reader) and
-an SDK tracer provider installed and every failing request inside a span; one has gym-failures'
-instrumentation switched off (`OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=gym_failures`), so the two
-differ only in what gym-failures records. The success path is measured against the floor inside the
-instrumented worker.
+Telemetry (`measure_telemetry`): OpenTelemetry's global providers can be set once per process, so a
+worker process installs an SDK meter provider (an in-memory reader) and an SDK tracer provider, and
+runs alternating batches with gym-failures' recording on and in its no-op state (the state without
+`opentelemetry`), the failure path with and without every request inside a span.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import os
 import re
 import shutil
 import socket
@@ -44,6 +41,9 @@ from starlette.routing import Route
 from gym_failures.asgi import FailureReportMiddleware
 from gym_failures.failure_transport import FailureHeader, RequestFailureLog
 from gym_failures.failures import AgentFailure, ModelFailure, NgFailureEvent
+
+# The recorder's no-op state is toggled between batches, which only its private global allows.
+from gym_failures.telemetry import _record as telemetry_record
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -280,9 +280,15 @@ def _install_sdk() -> None:
 
 
 async def _telemetry_worker() -> None:
-    """Serve batches named on stdin (`<variant> <requests>`), answering requests per second."""
+    """Serve batches named on stdin (`<variant> <requests> <on|off>`), answering requests per second.
+
+    `off` is the instrumentation's own no-op state (as without `opentelemetry`, or switched off):
+    toggling it between batches in one process compares the same code, heap and CPU placement.
+    """
     logging.getLogger("gym_failures").setLevel(logging.CRITICAL)
     _install_sdk()
+    loaded = telemetry_record._load()
+    assert loaded is not None
     variants = _variants()
     failing = _app(failing=True)
     failing.add_middleware(FailureReportMiddleware, boundary="agent")
@@ -295,56 +301,44 @@ async def _telemetry_worker() -> None:
     for app in apps.values():
         await _startup(app)
     for line in sys.stdin:
-        name, requests = line.split()
+        name, requests, state = line.split()
+        telemetry_record._instruments = loaded if state == "on" else None
         print(await _batch(apps[name], int(requests)), flush=True)
 
 
-class _Worker:
-    def __init__(self, instrumented: bool) -> None:
-        env = dict(os.environ)
-        env.pop("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", None)
-        if not instrumented:
-            env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "gym_failures"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.bench_middleware", "--telemetry-worker"],
-            cwd=Path(__file__).resolve().parents[1],
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def batch(self, name: str, requests: int) -> float:
-        assert self.process.stdin is not None
-        assert self.process.stdout is not None
-        self.process.stdin.write(f"{name} {requests}\n")
-        self.process.stdin.flush()
-        return float(self.process.stdout.readline())
-
-    def close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        self.process.wait(timeout=30)
-
-
 def measure_telemetry(rounds: int = 15, requests: int = 2000) -> dict[str, float]:
-    """Median requests per second: the success path (floor, gym) with the SDK installed, and the
-    failure path with and without a span, instrumented (`*_on`) and switched off (`*_off`)."""
-    workers = {"on": _Worker(instrumented=True), "off": _Worker(instrumented=False)}
+    """Median requests per second, with the SDK installed: the success path (floor, gym) and the
+    failure path with and without a span, recording (`*_on`) and not (`*_off`)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.bench_middleware", "--telemetry-worker"],
+        cwd=Path(__file__).resolve().parents[1],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+
+    def batch(name: str, requests: int, state: str) -> float:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.write(f"{name} {requests} {state}\n")
+        process.stdin.flush()
+        return float(process.stdout.readline())
+
     try:
-        for worker in workers.values():
-            worker.batch("failure", 10)  # imports and first-call costs, untimed
+        batch("failure", 10, "on")  # first-call costs, untimed
         samples: dict[str, list[float]] = {}
-        plan = [("on", "floor"), ("on", "gym")]
-        plan += [(side, name) for name in ("failure", "failure_span") for side in ("on", "off")]
+        plan = [("floor", "on"), ("gym", "on"), ("gym", "off")]
+        plan += [(name, state) for name in ("failure", "failure_span") for state in ("on", "off")]
         for index in range(rounds):
             shift = index % len(plan)
-            for side, name in plan[shift:] + plan[:shift]:
-                batch = requests if not name.startswith("failure") else requests // 4
-                samples.setdefault(f"{name}_{side}", []).append(workers[side].batch(name, batch))
+            for name, state in plan[shift:] + plan[:shift]:
+                size = requests if not name.startswith("failure") else requests // 4
+                samples.setdefault(f"{name}_{state}", []).append(batch(name, size, state))
     finally:
-        for worker in workers.values():
-            worker.close()
+        process.stdin.close()
+        process.wait(timeout=30)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
@@ -355,6 +349,8 @@ def telemetry_table(figures: Mapping[str, float]) -> str:
         "| --- | ---: | ---: | --- |",
         f"| success path: floor | {floor:,.0f} | 1.000 | |",
         f"| success path: gym | {gym:,.0f} | {gym / floor:.3f} of the floor | ≥ 0.95 |",
+        f"| success path: gym, recording off | {figures['gym_off']:,.0f} | "
+        f"{figures['gym_off'] / floor:.3f} of the floor | |",
     ]
     for name, what in (
         ("failure", "failure path, no active span"),

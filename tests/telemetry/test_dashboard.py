@@ -22,7 +22,6 @@ LABELS = {
     "nemo_gym_failure_kind",
     "nemo_gym_boundary",
     "nemo_gym_stage",
-    "nemo_gym_report_omitted",
 }
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import uvicorn
 from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider
+from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider, ObservableCounter
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     HistogramDataPoint,
@@ -41,7 +41,9 @@ class Traced:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.reader = InMemoryMetricReader(preferred_temporality={Counter: _DELTA, Histogram: _DELTA})
+        self.reader = InMemoryMetricReader(
+            preferred_temporality={Counter: _DELTA, ObservableCounter: _DELTA, Histogram: _DELTA}
+        )
         metrics.set_meter_provider(MeterProvider(metric_readers=[self.reader]))
         self.exporter = InMemorySpanExporter()
         provider = TracerProvider()
@@ -84,6 +86,8 @@ class Traced:
                         if isinstance(point, HistogramDataPoint):
                             item |= {"count": point.count, "sum": point.sum}
                         elif isinstance(point, NumberDataPoint):
+                            if point.value == 0:  # an observable counter's series that did not move
+                                continue
                             item["value"] = point.value
                         points.setdefault(metric.name, []).append(item)
         spans = [

@@ -17,15 +17,18 @@ What is recorded:
 - `gym.server.failures` (counter, unit `{failure}`), by `FailureReportMiddleware`: one per reply
   that carries a failure, with `nemo.gym.boundary`, `nemo.gym.failure_kind`,
   `nemo.gym.failure_class`, `nemo.gym.stage` and `http.response.status_code`.
-- `gym.server.failure_report.size` (histogram, unit `By`): the size of each report header the
-  middleware sends, with `nemo.gym.report.omitted`, so operators see how close replies come to the
-  4096-byte bound.
+- `gym.server.failure_report.size` (histogram, unit `By`, no attributes): the size of each report
+  the middleware replies with (its header; for a report over the 4096-byte bound, which is sent cut,
+  the whole report's JSON), so operators see how close replies come to the bound and how often they
+  pass it.
 - On the active span, one event `gym.failure` per failure event a server replies with (event id,
   cause id, kind, boundary, stage); a reply with a failure sets the span's `error.type` to its kind
   and its status to error. A caller that rebuilds a remote failure adds `gym.failure.remote` with the
   remote event ids to its own span.
 
-Labels are bounded (`failure_kind_label`): reasons, ids and URLs are never labels.
+Both counters are observable counters, counted in process and read at each collection: the SDK's
+synchronous `add` with five attributes costs about 5 µs, this about 0.3 µs. Labels are bounded
+(`failure_kind_label`): reasons, ids and URLs are never labels.
 
 Decisions:
 - A failure written into a streamed reply's terminal event is not seen by the middleware (streams
