@@ -167,14 +167,14 @@ class _BrokenInstrument:
     def add(self, *args: object, **kwargs: object) -> None:
         raise RuntimeError("broken exporter")
 
-    record = add
+    record = __call__ = add
 
 
 async def test_recording_never_raises_into_the_caller(
     telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broken = _BrokenInstrument()
-    instruments = record_module._Instruments(broken, broken, broken)  # type: ignore[arg-type]
+    instruments = record_module._Instruments(broken, broken, broken, broken)  # type: ignore[arg-type]
     monkeypatch.setattr(record_module, "_instruments", instruments)
     reply = await _get(_app(_chain), telemetry)
     assert reply.status_code == 500

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from gym_failures.failure_kinds import classify_failure
@@ -27,6 +27,7 @@ from gym_failures.telemetry._progress import RolloutOutcome
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, Histogram, Observation
+    from opentelemetry.trace import Span
 
 __all__ = [
     "BOUNDARY",
@@ -87,8 +88,8 @@ class _Counts:
         self._counts: dict[tuple[tuple[str, str | int], ...], int] = {}
         self._lock = threading.Lock()
 
-    def add(self, attributes: dict[str, str | int]) -> None:
-        key = tuple(attributes.items())
+    def add(self, key: tuple[tuple[str, str | int], ...]) -> None:
+        """Count one for the attributes `key` (their items, in a fixed order)."""
         with self._lock:
             self._counts[key] = self._counts.get(key, 0) + 1
 
@@ -101,12 +102,19 @@ class _Counts:
 
 
 class _Instruments:
-    __slots__ = ("report_size", "rollouts", "server_failures")
+    __slots__ = ("current_span", "report_size", "rollouts", "server_failures")
 
-    def __init__(self, rollouts: _Counts, server_failures: _Counts, report_size: Histogram) -> None:
+    def __init__(
+        self,
+        rollouts: _Counts,
+        server_failures: _Counts,
+        report_size: Histogram,
+        current_span: Callable[[], Span],
+    ) -> None:
         self.rollouts = rollouts
         self.server_failures = server_failures
         self.report_size = report_size
+        self.current_span = current_span
 
 
 _UNSET: Any = object()
@@ -128,7 +136,7 @@ def _load() -> _Instruments | None:
         _instruments = None
         return None
     try:
-        from opentelemetry import metrics
+        from opentelemetry import metrics, trace
     except ImportError:
         _instruments = None
         return None
@@ -155,6 +163,7 @@ def _load() -> _Instruments | None:
             description="Size of the failure report a server replied with; over 4096 bytes it was cut.",
             explicit_bucket_boundaries_advisory=list(_SIZE_BUCKETS),
         ),
+        trace.get_current_span,
     )
     return _instruments
 
@@ -172,7 +181,7 @@ def record_rollout(outcome: RolloutOutcome, dispatch_name: str) -> None:
             attributes[FAILURE_KIND] = failure_kind_label(outcome.failure_kind)
         if outcome.failure_type is not None:
             attributes[FAILURE_TYPE] = failure_type_label(outcome.failure_type)
-        instruments.rollouts.add(attributes)
+        instruments.rollouts.add(tuple(attributes.items()))
     except Exception as error:
         LOGGER.debug("could not record a rollout (%s)", type(error).__name__)
 
@@ -190,8 +199,10 @@ def record_reply(status: int, report: FailureReport, fitted: FittedReport) -> No
             instruments.report_size.record(_report_size(report, fitted))
         failure = report.events.get(report.failure_id) if report.failure_id is not None else None
         if failure is not None:
-            instruments.server_failures.add(_failure_attributes(failure, status))
-        _span_events(report, failure)
+            instruments.server_failures.add(_failure_key(failure, status))
+        span = instruments.current_span()
+        if span.is_recording():
+            _span_events(span, report, failure)
     except Exception as error:
         LOGGER.debug("could not record a reply (%s)", type(error).__name__)
 
@@ -206,16 +217,30 @@ def _report_size(report: FailureReport, fitted: FittedReport) -> int:
     return len(report.model_dump_json().encode())
 
 
-def _failure_attributes(event: FailureEvent, status: int) -> dict[str, str | int]:
-    attributes: dict[str, str | int] = {
-        BOUNDARY: event.boundary.value,
-        FAILURE_KIND: failure_kind_label(event.failure_kind),
-        FAILURE_CLASS: classify_failure(event.failure_kind, event.stage, event.http_status).value,
-        HTTP_STATUS: status,
-    }
-    if event.stage is not None:
-        attributes[STAGE] = event.stage
-    return attributes
+_FailureKey = tuple[tuple[str, str | int], ...]
+_FAILURE_KEYS: dict[tuple[object, ...], _FailureKey] = {}
+# The evidence behind a label set is a handful of combinations in a real mesh; a peer minting kinds
+# can make more, so past this many the labels are computed each time instead of kept.
+_MAX_FAILURE_KEYS = 1024
+
+
+def _failure_key(event: FailureEvent, status: int) -> _FailureKey:
+    """The attributes of one count in `gym.server.failures`, as items in a fixed order."""
+    evidence = (event.boundary, event.failure_kind, event.stage, event.http_status, status)
+    key = _FAILURE_KEYS.get(evidence)
+    if key is None:
+        attributes: dict[str, str | int] = {
+            BOUNDARY: event.boundary.value,
+            FAILURE_KIND: failure_kind_label(event.failure_kind),
+            FAILURE_CLASS: classify_failure(event.failure_kind, event.stage, event.http_status).value,
+            HTTP_STATUS: status,
+        }
+        if event.stage is not None:
+            attributes[STAGE] = event.stage
+        key = tuple(attributes.items())
+        if len(_FAILURE_KEYS) < _MAX_FAILURE_KEYS:
+            _FAILURE_KEYS[evidence] = key
+    return key
 
 
 def _event_attributes(event: FailureEvent) -> dict[str, str]:
@@ -232,32 +257,26 @@ def _event_attributes(event: FailureEvent) -> dict[str, str]:
     return attributes
 
 
-def _span_events(report: FailureReport, failure: FailureEvent | None) -> None:
-    from opentelemetry import trace
+def _span_events(span: Span, report: FailureReport, failure: FailureEvent | None) -> None:
+    from opentelemetry.trace import StatusCode
 
-    span = trace.get_current_span()
-    if not span.is_recording():
-        return
     for event in report.events.values():
         span.add_event(SPAN_EVENT, _event_attributes(event))
     if failure is not None:
         # OpenTelemetry's semantic conventions: `error.type` names the class of error, and the span
         # of an operation that failed has the error status.
         span.set_attribute("error.type", failure.failure_kind)
-        span.set_status(trace.StatusCode.ERROR)
+        span.set_status(StatusCode.ERROR)
 
 
 def record_remote_failure(report: FailureReport) -> None:
     """Record on the active span that a reply named the remote failure `report.failure_id`: one event
     `gym.failure.remote` with its id and every remote event id, so a trace joins the hops."""
-    if _instruments is None:
-        return
-    if _instruments is _UNSET and _load() is None:
+    instruments = _instruments if _instruments is not _UNSET else _load()
+    if instruments is None:
         return
     try:
-        from opentelemetry import trace
-
-        span = trace.get_current_span()
+        span = instruments.current_span()
         if not span.is_recording() or report.failure_id is None:
             return
         failure = report.events.get(report.failure_id)
