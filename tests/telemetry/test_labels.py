@@ -5,7 +5,10 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from gym_failures.failure_kinds import FAILURE_KINDS, is_namespaced
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import AgentFailure, ModelFailure
 from gym_failures.telemetry import (
@@ -44,8 +47,24 @@ def test_failure_type_labels_refuse_what_is_no_class_name() -> None:
         "aiohttp.client_exceptions.ServerDisconnectedError"
     )
     assert failure_type_label("Bearer sk-abc def") == OTHER
+    assert failure_type_label("ghp_16C7e42F292c6912E7710c838347Ae178B4a") == OTHER  # a token, not a type
     assert failure_type_label("A" * 129) == OTHER
     assert MAX_FAILURE_TYPES >= 16
+
+
+@given(st.text(max_size=300))
+def test_a_kind_label_is_always_bounded(kind: str) -> None:
+    """Whatever a peer sends, the label is a registered kind, a namespaced kind, or one of two words."""
+    label = failure_kind_label(kind)
+    assert label in FAILURE_KINDS or label in {UNREGISTERED, OTHER} or is_namespaced(label)
+    assert label in {UNREGISTERED, OTHER} or label == kind
+
+
+@given(st.text(max_size=300))
+def test_a_type_label_is_the_name_or_other(type_name: str) -> None:
+    label = failure_type_label(type_name)
+    assert label in {type_name, OTHER}
+    assert len(label) <= 128
 
 
 def _failure_row(final: bool, **failure_fields: object) -> dict[str, object]:

@@ -90,3 +90,19 @@ def test_metrics_are_served_while_collect_runs(tmp_path: Path, agent_url: str) -
     assert f"collecting: {total}/{total} done · {FAST['ok'] + 1} scored".encode() in stderr
     with socket.socket() as sock:  # served while it runs, and no longer
         assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_a_metrics_port_in_use_is_a_clear_error(tmp_path: Path, agent_url: str) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"mode": "ok"}\n')
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "gym_failures.cli", "collect", str(tasks), "--agent-url", agent_url]
+        command += ["--output", str(tmp_path / "out.jsonl"), "--metrics-port", str(port)]
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"cannot serve metrics on port {port}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out.jsonl").exists()  # refused before any rollout

@@ -4,8 +4,8 @@ A metric label is a time series per distinct value, so nothing a peer can mint w
 one. A registered kind is itself; a peer's kind this version does not know (`unregistered:<kind>`),
 or any other name that is no event kind, is `unregistered`; an environment's own `<server>:<kind>`
 is kept up to `MAX_NAMESPACED_KINDS` distinct values per process, then recorded as `other`.
-Exception type names are kept the same way (`MAX_FAILURE_TYPES`). Reasons, ids and URLs are never
-labels.
+Exception type names are kept the same way (`MAX_FAILURE_TYPES`); one that is no class name, or that
+`redaction.redact` would change, is `other`. Reasons, ids and URLs are never labels.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import re
 import threading
 
 from gym_failures.failure_kinds import UNREGISTERED_KIND_PREFIX, is_namespaced, is_registered
+from gym_failures.redaction import redact
 
 __all__ = [
     "MAX_FAILURE_TYPES",
@@ -74,5 +75,7 @@ def failure_type_label(type_name: str) -> str:
     """An exception type name as a metric label: within the cap, else `other` (so is anything that
     is no class name)."""
     if len(type_name) > _MAX_TYPE_NAME or _TYPE_NAME.fullmatch(type_name) is None:
+        return OTHER
+    if redact(type_name) != type_name:  # a peer's "type" shaped like a credential is no label
         return OTHER
     return _FAILURE_TYPES.label(type_name)
