@@ -4,6 +4,8 @@ failures on the caller's span, and the progress hook's counts, against a real ag
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from tests.telemetry.conftest import Telemetry
 # How each task fails at the agent (`tests.collection.agent_app`), 200 rollouts in all.
 MODES = {"ok": 120, "retry_then_ok": 30, "terminal": 20, "always_fail": 10, "raise": 10, "garbage": 10}
 MAX_ATTEMPTS = 3
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _labels(kind: str, stage: str | None, status: int | None, failure_type: str) -> tuple[str, str, str]:
@@ -109,3 +112,51 @@ async def test_a_demo_sized_collection_counts_every_saved_attempt(
     }
     assert len(raised) == MODES["raise"] * MAX_ATTEMPTS
     assert remote == raised
+
+
+_FULL_DISK = """
+import asyncio, json, resource, sys
+from pathlib import Path
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from gym_failures.collection import CollectionConfig, collect
+
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+tasks, output, agent_url = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+config = CollectionConfig(input_path=tasks, output_path=output, agent_url=agent_url, concurrency=1)
+# No file of this process may pass 1500 bytes: the rows file fills up after a few rows, as a full
+# disk would (Python ignores SIGXFSZ, so the write fails with EFBIG).
+resource.setrlimit(resource.RLIMIT_FSIZE, (1500, 1500))
+try:
+    asyncio.run(collect(config))
+except OSError as error:
+    print("ended:", type(error).__name__, file=sys.stderr)
+counts = {}
+for r in reader.get_metrics_data().resource_metrics:
+    for s in r.scope_metrics:
+        for m in s.metrics:
+            for p in m.data.data_points:
+                counts[dict(p.attributes)["nemo.gym.rollout.outcome"]] = p.value
+print(json.dumps(counts))
+"""
+
+
+def test_an_attempt_whose_row_cannot_be_saved_is_omitted(tmp_path: Path, agent_url: str) -> None:
+    """In its own process: the file size limit it sets, and its meter provider, are process-wide."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"mode": "ok"}\n' * 40)
+    output = tmp_path / "rollouts.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK, str(tasks), str(output), agent_url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ended: OSError" in result.stderr
+    saved = len(list(read_rows(output)))
+    assert 0 < saved < 40
+    assert json.loads(result.stdout) == {"scored": saved, "omitted": 1}

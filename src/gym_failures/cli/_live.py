@@ -1,4 +1,5 @@
-"""The live view of a running collection: a rich progress bar on a terminal, plain lines otherwise.
+"""What a long-running command shows and serves while it runs: the live view of a collection (a rich
+progress bar on a terminal, plain lines otherwise) and its `/metrics` endpoint (`metrics_endpoint`).
 
 On a terminal (stderr) the bar shows rollouts done of expected, this run's successes and final
 failures by class, attempts retried, the rate and the time left; it is transient. When stderr is no

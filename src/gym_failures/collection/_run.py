@@ -411,7 +411,9 @@ class Collector:
             writer.write(row)
         except BaseException:
             if dispatched:
-                record_rollout(RolloutOutcome("omitted", final=False), self.config.agent_name)
+                omitted = RolloutOutcome("omitted", final=False)
+                record_rollout(omitted, self.config.agent_name)
+                self.progress.add(omitted)
             raise
         outcome = rollout_outcome(row)
         if dispatched:
