@@ -9,6 +9,11 @@ Variants run in alternating batches in one process, so a noisy neighbour slows t
 
 The failure path compares a handler raising a Gym failure with a 10-event cause chain under the
 middleware against a bare handler returning a 500 of the same size.
+
+Telemetry (`measure_telemetry`): OpenTelemetry's global providers can be set once per process, so a
+worker process installs an SDK meter provider (an in-memory reader) and an SDK tracer provider, and
+runs alternating batches with gym-failures' recording on and in its no-op state (the state without
+`opentelemetry`), the failure path with and without every request inside a span.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +41,9 @@ from starlette.routing import Route
 from gym_failures.asgi import FailureReportMiddleware
 from gym_failures.failure_transport import FailureHeader, RequestFailureLog
 from gym_failures.failures import AgentFailure, ModelFailure, NgFailureEvent
+
+# The recorder's no-op state is toggled between batches, which only its private global allows.
+from gym_failures.telemetry import _record as telemetry_record
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -136,18 +144,18 @@ async def _receive() -> Message:
     return {"type": "http.request", "body": b"", "more_body": False}
 
 
-async def _batch(app: ASGIApp, requests: int) -> float:
-    """Requests per second over one batch."""
+async def _batch(app: ASGIApp, requests: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Requests per second over one batch (by `clock`: wall time unless told)."""
     sent: list[int] = []
 
     async def send(message: Message) -> None:
         if message["type"] == "http.response.start":
             sent.append(message["status"])
 
-    start = time.perf_counter()
+    start = clock()
     for _ in range(requests):
         await app(_scope(), _receive, send)
-    elapsed = time.perf_counter() - start
+    elapsed = clock() - start
     assert len(sent) == requests
     return requests / elapsed
 
@@ -247,6 +255,121 @@ def measure_uvicorn(rounds: int = 5, seconds: int = 3) -> dict[str, float] | Non
     return {variant: statistics.median(values) for variant, values in samples.items()}
 
 
+class SpanPerRequest:
+    """Runs each request inside an SDK span, as OpenTelemetry's ASGI instrumentation does."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        from opentelemetry import trace
+
+        self.app = app
+        self.tracer = trace.get_tracer("benchmarks")
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        with self.tracer.start_as_current_span("request"):
+            await self.app(scope, receive, send)
+
+
+def _install_sdk() -> None:
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    trace.set_tracer_provider(TracerProvider())
+
+
+async def _telemetry_worker() -> None:
+    """Serve batches named on stdin (`<variant> <requests> <on|off>`), answering requests per second.
+
+    `off` is the instrumentation's own no-op state (as without `opentelemetry`, or switched off):
+    toggling it between batches in one process compares the same code, heap and CPU placement.
+    """
+    logging.getLogger("gym_failures").setLevel(logging.CRITICAL)
+    _install_sdk()
+    loaded = telemetry_record._load()
+    assert loaded is not None
+    variants = _variants()
+    failing = _app(failing=True)
+    failing.add_middleware(FailureReportMiddleware, boundary="agent")
+    apps: dict[str, ASGIApp] = {
+        "floor": variants["floor"],
+        "gym": variants["gym"],
+        "failure": failing,
+        "failure_span": SpanPerRequest(failing),
+    }
+    for app in apps.values():
+        await _startup(app)
+    for line in sys.stdin:
+        name, requests, state = line.split()
+        telemetry_record._instruments = loaded if state == "on" else None
+        # CPU time of this process: on a shared machine, time spent waiting for a core is not ours.
+        print(await _batch(apps[name], int(requests), clock=time.process_time), flush=True)
+
+
+def measure_telemetry(rounds: int = 21, requests: int = 2000) -> dict[str, float]:
+    """Median requests per CPU second, with the SDK installed: the success path (floor, gym) and the
+    failure path with and without a span, recording (`*_on`) and not (`*_off`); and the median of
+    each round's ratio of a pair measured back to back (`a/b`)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.bench_middleware", "--telemetry-worker"],
+        cwd=Path(__file__).resolve().parents[1],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+
+    def batch(name: str, requests: int, state: str) -> float:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.write(f"{name} {requests} {state}\n")
+        process.stdin.flush()
+        return float(process.stdout.readline())
+
+    try:
+        batch("failure", 10, "on")  # first-call costs, untimed
+        samples: dict[str, list[float]] = {}
+        # Pairs measured back to back, their order alternating: each round gives one ratio.
+        pairs = [(("gym", "on"), ("floor", "on")), (("gym", "off"), ("floor", "on"))]
+        pairs += [((name, "on"), (name, "off")) for name in ("failure", "failure_span")]
+        for index in range(rounds):
+            for first, second in pairs:
+                measured = {}
+                for name, state in (first, second) if index % 2 else (second, first):
+                    size = requests if not name.startswith("failure") else requests // 4
+                    measured[name, state] = value = batch(name, size, state)
+                    samples.setdefault(f"{name}_{state}", []).append(value)
+                ratio = f"{first[0]}_{first[1]}/{second[0]}_{second[1]}"
+                samples.setdefault(ratio, []).append(measured[first] / measured[second])
+    finally:
+        process.stdin.close()
+        process.wait(timeout=30)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def telemetry_table(figures: Mapping[str, float]) -> str:
+    """The telemetry figures as a markdown table: per-round ratios' medians, requests per CPU second."""
+    success_on, success_off = figures["gym_on/floor_on"], figures["gym_off/floor_on"]
+    floor = f"{figures['floor_on']:,.0f}"
+    lines = [
+        "| SDK meter and tracer provider installed | requests per CPU s | ratio (round median) | target |",
+        "| --- | ---: | ---: | --- |",
+        f"| success path: floor | {floor} | 1.000 | |",
+        f"| success path: gym | {figures['gym_on']:,.0f} | {success_on:.3f} of the floor | ≥ 0.95 |",
+        f"| success path: gym, recording off | {figures['gym_off']:,.0f} | {success_off:.3f} of floor | |",
+    ]
+    for name, what in (
+        ("failure", "failure path, no active span"),
+        ("failure_span", "failure path, in a span"),
+    ):
+        cost = 1 / figures[f"{name}_on/{name}_off"]
+        lines.append(f"| {what}: recording off | {figures[f'{name}_off']:,.0f} | 1.000 | |")
+        lines.append(f"| {what}: recording | {figures[f'{name}_on']:,.0f} | {cost:.3f}x the cost | ≤ 1.1x |")
+    return "\n".join(lines)
+
+
 def main() -> str:
     # The failure path logs one ERROR line per request; a benchmark measures the work, not a terminal.
     logging.getLogger("gym_failures").setLevel(logging.CRITICAL)
@@ -267,6 +390,7 @@ def main() -> str:
         f"| Gym failure with a 10-event chain | {figures['failure_gym']:,.0f} | "
         f"{figures['failure_gym'] / figures['failure_bare']:.3f} |",
     ]
+    lines += ["", telemetry_table(measure_telemetry())]
     served = measure_uvicorn()
     if served is None:
         lines += ["", "(wrk not found: the under-uvicorn figures were skipped)"]
@@ -287,4 +411,7 @@ def main() -> str:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--telemetry-worker"]:
+        asyncio.run(_telemetry_worker())
+    else:
+        main()

@@ -26,6 +26,7 @@ MODULES = [
     "gym_failures.rollout_failure",
     "gym_failures.rows",
     "gym_failures.wire_contract",
+    "gym_failures.telemetry",
 ]
 
 

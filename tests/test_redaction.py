@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 
 import pytest
@@ -377,5 +378,6 @@ def test_request_secrets_skip_a_basic_credential_that_does_not_decode() -> None:
 
 def test_url_secrets_are_the_password_raw_and_decoded_and_query_values() -> None:
     secrets = url_secrets("http://user:Zq9%40Password@agent.local:8000/run?token=Zq9QueryValue&x=1")
-    assert secrets == ["Zq9%40Password", "Zq9@Password", "Zq9QueryValue"]
+    basic = base64.b64encode(b"user:Zq9@Password").decode()
+    assert secrets == ["Zq9%40Password", "Zq9@Password", "user:Zq9@Password", basic, "Zq9QueryValue"]
     assert url_secrets("http://[bad") == []

@@ -59,6 +59,7 @@ from gym_failures.failure_transport import FailureHeader, RequestFailureLog, Str
 from gym_failures.failures import NgFailureEvent, bounded_text, exception_type_name, explicit_gym_cause
 from gym_failures.redaction import redact
 from gym_failures.reply import fit, scrub, stream_failure_field
+from gym_failures.telemetry import record_reply
 
 __all__ = ["FailureReportMiddleware", "relay_stream", "sse_event", "stream_failure_field"]
 
@@ -188,6 +189,7 @@ class FailureReportMiddleware:
         failure = self._failure_of(error, log, secrets)
         scrubbed = scrub(log.reply_report(failure), secrets)
         fitted = fit(scrubbed)
+        record_reply(self.failure_status, scrubbed, fitted)
         # The body names the failure whether or not its event fitted the header.
         event = scrubbed.events[failure.event_id]
         _log_failure(event, error)
@@ -222,10 +224,11 @@ def _with_report_header(message: Message, log: RequestFailureLog) -> Message:
                 report = decoded if report is None else report.merged(decoded)
         else:
             headers.append((name, value))
-    report = log.report if report is None else report.merged(log.report)
-    value = fit(scrub(report, log.request_secrets())).header_value
-    if value is not None:
-        headers.append((_HEADER_NAME, value.encode("ascii")))
+    report = scrub(log.report if report is None else report.merged(log.report), log.request_secrets())
+    fitted = fit(report)
+    record_reply(message["status"], report, fitted)
+    if fitted.header_value is not None:
+        headers.append((_HEADER_NAME, fitted.header_value.encode("ascii")))
     return {**message, "headers": headers}
 
 

@@ -94,8 +94,8 @@ async def run(request: Request) -> Response:
         decoded = base64.b64decode(authorization.partition(" ")[2] or b"").decode()
         quoted = f"refused {authorization} ({decoded})"
         if attempt == 1:
-            failure = EpisodeFailure(failure_kind="agent_run_error", failure_reason=quoted, terminal=False)
-            return JSONResponse(BaseEpisodeResponse(failure=failure).model_dump(mode="json"))
+            refused = EpisodeFailure(failure_kind="agent_run_error", failure_reason=quoted, terminal=False)
+            return JSONResponse(BaseEpisodeResponse(failure=refused).model_dump(mode="json"))
         return JSONResponse(
             BaseEpisodeResponse(result={"reward": 1.0, "note": quoted}).model_dump(mode="json")
         )

@@ -59,6 +59,7 @@ from gym_failures.failure_kinds import (
 )
 from gym_failures.failure_records import FailureBoundary
 from gym_failures.failure_transport import FailureHeader
+from gym_failures.telemetry import CollectionProgress
 
 with warnings.catch_warnings():
     # Starlette 1.x's TestClient prefers `httpx2` and warns when it runs on `httpx` (see test_asgi).
@@ -162,12 +163,14 @@ def _environment(pid: int) -> dict[str, str]:
     return dict(entry.decode(errors="replace").partition("=")[::2] for entry in entries if entry)
 
 
-def _environment_recorder(out_dir: Path) -> tuple[dict[str, dict[str, str]], Callable[[int, int], None]]:
+def _environment_recorder(
+    out_dir: Path,
+) -> tuple[dict[str, dict[str, str]], Callable[[CollectionProgress], None]]:
     """A progress callback that reads every server's environment the first time it is called, while
     the servers run; and where it puts them."""
     seen: dict[str, dict[str, str]] = {}
 
-    def on_progress(done: int, total: int) -> None:
+    def on_progress(progress: CollectionProgress) -> None:
         if not seen:
             (servers_file,) = out_dir.glob("*/servers.json")
             for name, server in json.loads(servers_file.read_text()).items():

@@ -6,6 +6,7 @@ What each prints is drawn by `gym_failures.cli._render`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import fields
 from enum import StrEnum
@@ -18,6 +19,7 @@ from pydantic import ValidationError
 from rich.text import Text
 
 from gym_failures import gate as acceptance
+from gym_failures.cli._live import live_collection, metrics_endpoint
 
 # Private aliases keep the demo command's body byte for byte while its options are rewritten
 # elsewhere; drop them with that rewrite.
@@ -213,6 +215,11 @@ def collect(
     force_resume: Annotated[
         bool, typer.Option(help="Resume even when the output was collected from a different run.")
     ] = False,
+    agent_name: Annotated[str, typer.Option(help="The agent's name in metrics (never its URL).")] = "agent",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(min=0, max=65535, help="Serve OpenTelemetry metrics at :PORT/metrics while collecting."),
+    ] = None,
     json_output: JsonOption = False,
 ) -> None:
     """Dispatch every task's rollouts to an agent server, save each attempt, resume what is unfinished."""
@@ -234,11 +241,14 @@ def collect(
             max_attempts=max_attempts,
             timeout_s=timeout,
             force_resume=force_resume,
+            agent_name=agent_name,
         )
     except ValidationError as error:  # its text holds no input (hide_input_in_errors)
         raise _usage_error(str(error)) from None
-    with progress_bar(not json_output, "collecting") as update:
-        on_progress = None if update is None else (lambda done, total: update(float(done), float(total)))
+    with contextlib.ExitStack() as running:
+        if metrics_port is not None:
+            running.enter_context(metrics_endpoint(metrics_port, "gym-failures-collect"))
+        on_progress = running.enter_context(live_collection())
         try:
             summary = asyncio.run(run_collection(config, on_progress))
         except NgFailureEvent as failure:
@@ -338,8 +348,7 @@ def demo(
         raise typer.Exit(code=1) from None
 
     console = stdout()
-    with progress_bar(True, "collecting") as update:
-        on_progress = None if update is None else (lambda done, total: update(float(done), float(total)))
+    with live_collection() as on_progress:
         try:
             run_dir = run_demo(
                 out,

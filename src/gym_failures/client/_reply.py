@@ -26,6 +26,7 @@ from gym_failures.failure_records import FailureBoundary, FailureReport
 from gym_failures.failure_transport import FailureHeader, observe_report
 from gym_failures.failures import HttpDetails, NgFailureEvent, failure_type_for, rebuild_failure
 from gym_failures.redaction import redact, url_without_secrets
+from gym_failures.telemetry import record_remote_failure
 
 if TYPE_CHECKING:
     import aiohttp
@@ -118,6 +119,8 @@ async def _failure_for(
         delivery="answered",
     )
     failure = rebuild_failure(report) if report is not None else None
+    if failure is not None and report is not None:
+        record_remote_failure(report)
     if failure is None:
         called = FailureBoundary(boundary)
         # The class of the boundary called, as `rebuild_failure` picks it, so `except ModelFailure`

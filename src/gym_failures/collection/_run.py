@@ -124,6 +124,7 @@ from gym_failures.rows import (
     repair_torn_tail,
     rollout_id,
 )
+from gym_failures.telemetry import CollectionProgress, RolloutOutcome, record_rollout, rollout_outcome
 
 LOGGER = logging.getLogger("gym_failures.collection")
 
@@ -172,6 +173,9 @@ class CollectionConfig(BaseModel):
             names = ", ".join(path.name for path in candidates)
             raise ValueError(f"output_path is a directory with several row files ({names}); name one")
         return candidates[0] if candidates else value / "rollouts.jsonl"
+
+    agent_name: str = Field(default="agent", min_length=1, max_length=128)
+    """The agent's name in telemetry (`nemo.gym.rollout.dispatch.name`); never its URL."""
 
     @field_validator("agent_url")
     @classmethod
@@ -491,13 +495,14 @@ class Collector:
     """Run one collection: `await Collector(config).run()`."""
 
     def __init__(
-        self, config: CollectionConfig, on_progress: Callable[[int, int], None] | None = None
+        self, config: CollectionConfig, on_progress: Callable[[CollectionProgress], None] | None = None
     ) -> None:
         self.config = config
         self.on_progress = on_progress
+        """Called with `progress` after every change: the live view's one hook."""
         self.summary = CollectionSummary()
+        self.progress = CollectionProgress()
         self._secrets = url_secrets(config.agent_url)
-        self._finished = 0
         self._run_id = ""
 
     async def run(self) -> CollectionSummary:
@@ -506,16 +511,14 @@ class Collector:
             tasks = _read_tasks(config.input_path, self.summary)
             self._run_id = _check_manifest(config, len(tasks) * config.num_repeats)
             rollouts, closing = _pending(config, tasks, self.summary)
-            self._finished = self.summary.already_done
+            self.progress.expected = self.summary.expected
+            self.progress.already_done = self.summary.already_done
             self._progress()
             with RowWriter(config.output_path) as successes, RowWriter(config.failures_path) as failures:
                 for row in closing:
-                    self._write(failures, row)
+                    self._save(failures, row, dispatched=False)
                     self.summary.failed_final += 1
                     self.summary.closed_on_resume += 1
-                    self._finished += 1
-                if closing:
-                    self._progress()
                 await self._dispatch(rollouts, successes, failures)
         return self.summary
 
@@ -541,7 +544,26 @@ class Collector:
 
     def _progress(self) -> None:
         if self.on_progress is not None:
-            self.on_progress(self._finished, self.summary.expected)
+            self.on_progress(self.progress)
+
+    def _save(self, writer: RowWriter, row: dict[str, Any], *, dispatched: bool = True) -> None:
+        """Write `row`, then count it: in telemetry when it is an attempt's, and in `progress`. The one
+        place a row is written. The collector's own secrets (the agent URL's user info and query values,
+        and the Basic credential the client sends for them) are replaced wherever the row holds them:
+        an agent's reply may quote the request it was sent."""
+        try:
+            writer.write(redact_values(row, self._secrets))
+        except BaseException:
+            if dispatched:
+                omitted = RolloutOutcome("omitted", final=False)
+                record_rollout(omitted, self.config.agent_name)
+                self.progress.add(omitted)
+            raise
+        outcome = rollout_outcome(row)
+        if dispatched:
+            record_rollout(outcome, self.config.agent_name)
+        self.progress.add(outcome, dispatched=dispatched)
+        self._progress()
 
     async def _worker(
         self,
@@ -556,14 +578,6 @@ class Collector:
             except asyncio.QueueEmpty:
                 return
             await self._rollout(session, rollout, successes, failures)
-            self._finished += 1
-            self._progress()
-
-    def _write(self, writer: RowWriter, row: dict[str, Any]) -> None:
-        """Save one row: the one place a row is written. The collector's own secrets (the agent URL's
-        user info and query values, and the Basic credential the client sends for them) are replaced
-        wherever the row holds them: an agent's reply may quote the request it was sent."""
-        writer.write(redact_values(row, self._secrets))
 
     async def _rollout(
         self, session: aiohttp.ClientSession, rollout: _Rollout, successes: RowWriter, failures: RowWriter
@@ -576,7 +590,7 @@ class Collector:
             if response.result is not None:
                 row.update(_success_fields(response.result))
                 row.update(FailureReportRow.fields(report))
-                self._write(successes, row)
+                self._save(successes, row)
                 self.summary.succeeded += 1
                 return
             assert response.failure is not None
@@ -597,7 +611,7 @@ class Collector:
             row[nemo_gym.FAILURE_TERMINAL] = final_reason in ("terminal", "possibly_delivered")
             row["rollout_failure"] = self._record(rollout, attempt, response.failure, seen)
             row.update(FailureReportRow.fields(report))
-            self._write(failures, row)
+            self._save(failures, row)
             if final_reason is not None:
                 self.summary.failed_final += 1
                 return
@@ -765,7 +779,7 @@ def episode_response(body: bytes, url: str) -> BaseEpisodeResponse:
 
 
 async def collect(
-    config: CollectionConfig, on_progress: Callable[[int, int], None] | None = None
+    config: CollectionConfig, on_progress: Callable[[CollectionProgress], None] | None = None
 ) -> CollectionSummary:
     """Run one collection (resuming what is on disk) and return its summary."""
     return await Collector(config, on_progress).run()

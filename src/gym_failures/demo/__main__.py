@@ -13,10 +13,12 @@ from pathlib import Path
 from gym_failures.collection import read_rows
 from gym_failures.demo._options import DemoOptions, DemoOptionsError
 from gym_failures.demo.launcher import run_demo
+from gym_failures.telemetry import CollectionProgress
 
 
-def _progress(done: int, total: int) -> None:
+def _progress(progress: CollectionProgress) -> None:
     if sys.stderr.isatty():
+        done, total = progress.done, progress.expected
         print(f"\rcollected {done}/{total} rollouts", end="" if done < total else "\n", file=sys.stderr)
 
 

@@ -63,6 +63,7 @@ from gym_failures.demo._serve import (
     policy_budget_s,
 )
 from gym_failures.redaction import url_without_secrets
+from gym_failures.telemetry import CollectionProgress
 
 __all__ = ["SERVERS", "run_demo"]
 
@@ -96,7 +97,7 @@ def run_demo(
     stream: Literal["auto", "always", "never"] = "auto",
     policy_timeout_s: float | None = None,
     max_attempts: int = 3,
-    on_progress: Callable[[int, int], None] | None = None,
+    on_progress: Callable[[CollectionProgress], None] | None = None,
 ) -> Path:
     """Run the demo gym: `rollouts` arithmetic tasks at `concurrency`, faults injected by `fault_plan`
     (default: the packaged `default_fault_plan.json`), everything deterministic given `seed`.
@@ -107,8 +108,8 @@ def run_demo(
     plan's `limits.policy_timeout_s` (a real model needs far more than the scripted one's 2 s; with
     an external policy it defaults to 60). Every argument but `on_progress` is a `DemoOptions` field
     of the same name and default, validated there before anything is written: a refused one raises
-    `DemoOptionsError`. `on_progress(done, total)` is called as rollouts finish. Returns the run
-    directory.
+    `DemoOptionsError`. `on_progress(progress)` is called with the collection's running counts as
+    rows are saved. Returns the run directory.
     """
     options = DemoOptions(
         out_dir=out_dir,
@@ -159,7 +160,10 @@ def run_demo(
 
 
 def _collect(
-    options: DemoOptions, run_dir: Path, tasks_path: Path, on_progress: Callable[[int, int], None] | None
+    options: DemoOptions,
+    run_dir: Path,
+    tasks_path: Path,
+    on_progress: Callable[[CollectionProgress], None] | None,
 ) -> tuple[CollectionSummary, float]:
     """Start the servers, collect the tasks in `tasks_path` against them, and stop them; the summary
     and the seconds the servers took to be ready."""

@@ -1,0 +1,123 @@
+"""What a long-running command shows and serves while it runs: the live view of a collection (a rich
+progress bar on a terminal, plain lines otherwise) and its `/metrics` endpoint (`metrics_endpoint`).
+
+On a terminal (stderr) the bar shows rollouts done of expected, this run's successes and final
+failures by class, attempts retried, the rate and the time left; it is transient. When stderr is no
+terminal (a CI log, a file) the same figures go out as one plain line every `PLAIN_INTERVAL_S`
+seconds and once at the end, so a log shows a long run moving without a line per rollout.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TextIO
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from gym_failures.cli._render import stderr
+from gym_failures.telemetry import CollectionProgress
+
+__all__ = ["PLAIN_INTERVAL_S", "counts_text", "live_collection", "metrics_endpoint"]
+
+PLAIN_INTERVAL_S = 10.0
+_CLASSES = ("model", "evaluation", "unknown")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+
+
+def counts_text(progress: CollectionProgress) -> str:
+    """The counts beside the bar: successes, final failures by class, retried attempts."""
+    failed = ", ".join(
+        f"{name} {progress.failed[name]}"
+        for name in (*_CLASSES, *sorted(set(progress.failed) - set(_CLASSES)))
+        if progress.failed.get(name)
+    )
+    text = f"{progress.succeeded} scored · failed: {failed or 'none'} · {progress.retried} retried"
+    if progress.omitted:
+        text += f" · {progress.omitted} omitted"
+    return text
+
+
+def _plain_line(progress: CollectionProgress) -> str:
+    return (
+        f"collecting: {progress.done}/{progress.expected} done · {counts_text(progress)} · "
+        f"{progress.rate:.1f}/s · ETA {_duration(progress.eta_s)}"
+    )
+
+
+@contextmanager
+def live_collection(description: str = "collecting") -> Iterator[Callable[[CollectionProgress], None]]:
+    """The collector's `on_progress` hook, drawing the live view on stderr while the block runs."""
+    console = stderr()
+    if not console.is_terminal:
+        with _plain_lines(sys.stderr) as update:
+            yield update
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[counts]}"),
+        TextColumn("{task.fields[rate]}/s ETA {task.fields[eta]}"),
+    )
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(description, total=None, counts="", rate="0.0", eta="?")
+
+        def update(progress: CollectionProgress) -> None:
+            bar.update(
+                task,
+                completed=progress.done,
+                total=progress.expected,
+                counts=counts_text(progress),
+                rate=f"{progress.rate:.1f}",
+                eta=_duration(progress.eta_s),
+            )
+
+        yield update
+
+
+@contextmanager
+def _plain_lines(stream: TextIO) -> Iterator[Callable[[CollectionProgress], None]]:
+    last: list[CollectionProgress] = []
+    printed = [time.monotonic()]
+
+    def update(progress: CollectionProgress) -> None:
+        last[:] = [progress]
+        now = time.monotonic()
+        if now - printed[0] >= PLAIN_INTERVAL_S:
+            printed[0] = now
+            print(_plain_line(progress), file=stream, flush=True)
+
+    try:
+        yield update
+    finally:
+        if last:
+            print(_plain_line(last[0]), file=stream, flush=True)
+
+
+@contextmanager
+def metrics_endpoint(port: int, service_name: str) -> Iterator[None]:
+    """`/metrics` on `port` while the block runs; a clear error (exit 1) when it cannot be served."""
+    import typer
+    from rich.text import Text
+
+    from gym_failures.telemetry import MetricsUnavailable, serve_metrics
+
+    try:
+        server = serve_metrics(port, service_name=service_name)
+    except (MetricsUnavailable, OSError) as error:  # the extra is missing, or the port is taken
+        stderr().print(Text(f"Error: cannot serve metrics on port {port}: {error}", style="red"))
+        raise typer.Exit(code=1) from None
+    stderr().print(Text(f"metrics: {server.url}", style="dim"))
+    with server:
+        yield
