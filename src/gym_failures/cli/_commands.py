@@ -48,6 +48,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.add_typer(__import__("gym_failures.cli._serve", fromlist=["serve_app"]).serve_app)  # issue 15: serve
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 PathsArgument = Annotated[
