@@ -369,10 +369,16 @@ def sse_event(event: str, data: Mapping[str, Any]) -> bytes:
     return f"event: {event}\ndata: {payload}\n\n".encode()
 
 
-async def relay_stream(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+async def relay_stream(
+    chunks: AsyncIterable[bytes], *, reader: StreamFailureReportReader | None = None
+) -> AsyncIterator[bytes]:
     """Yield `chunks` unchanged while reading the stream's terminal failure report; when the stream
-    ends (or the consumer stops), observe that report into the current request's log."""
-    reader = StreamFailureReportReader()
+    ends (or the consumer stops), observe that report into the current request's log.
+
+    Pass your own `reader` to know afterwards how the stream ended: `reader.terminal_seen` is whether
+    it had its terminal event, and `gym_failures.client.stream_failure(reader)` the failure to raise
+    when it was cut or failed."""
+    reader = StreamFailureReportReader() if reader is None else reader
     iterator = aiter(chunks)
     observed: FailureReport | None = None
     try:

@@ -37,9 +37,9 @@ Decisions (see also docs/decisions.md):
 - Failures pickle with their whole explicit chain, so a process pool returns them intact.
 - `NgFailureEvent.http_status` is the event's own status when it has one (the evidence its producer
   recorded, the spec'd `FailureEvent.http_status`, which `to_event()` keeps unchanged), else the
-  status of the reply a caller rebuilt it from (`http_details.status`): a rebuilt failure's
-  `http_status` is never `None` when a reply carried it, and a provider's 429 under a 500 reply stays
-  429.
+  status of the failed (4xx/5xx) reply a caller rebuilt it from (`http_details.status`): a rebuilt
+  failure's `http_status` is never `None` when a failed reply carried it, and a provider's 429 under a
+  500 reply stays 429. A 200 whose stream broke off is not a failure's status.
 """
 
 from __future__ import annotations
@@ -302,7 +302,8 @@ class NgFailureEvent(Exception):
         """The event's own status, else the status of the reply it was rebuilt from (see above)."""
         own = self._event.http_status
         if own is None and self.http_details is not None:
-            return self.http_details.status
+            status = self.http_details.status
+            return status if status is not None and 400 <= status <= 599 else None
         return own
 
     @property

@@ -153,7 +153,7 @@ def test_every_boundary_has_a_registered_default_kind(boundary: FailureBoundary)
 
 
 async def test_raise_boundary_failure_refuses_what_is_not_a_response() -> None:
-    with pytest.raises(TypeError, match="not an aiohttp or httpx response"):
+    with pytest.raises(TypeError, match="not an aiohttp, httpx or httpx2 response"):
         await raise_boundary_failure(object())  # type: ignore[arg-type]
 
 
