@@ -68,11 +68,11 @@ from gym_failures.failure_records import (
 from gym_failures.redaction import CUT_MARK, redact
 
 __all__ = [
+    "MAX_RETRY_AFTER_S",
     "AgentFailure",
     "CollectionFailure",
     "EnvironmentFailure",
     "HarnessFailure",
-    "MAX_RETRY_AFTER_S",
     "HttpDetails",
     "ModelFailure",
     "NgFailureEvent",

@@ -1,8 +1,8 @@
 """Caller side: rebuild the failure another Gym server replied with, map transport errors, retry model calls.
 
-Works with an aiohttp `ClientResponse`, an httpx `Response` and an httpx2 `Response` (extras `gym-failures[aiohttp]`,
-`gym-failures[httpx]`). Importing this package imports neither library: each one's module here is
-imported on the first reply or error of that library the helpers see.
+Works with an aiohttp `ClientResponse`, an httpx `Response` and an httpx2 `Response` (extras
+`gym-failures[aiohttp]`, `gym-failures[httpx]`). Importing this package imports none of them: each
+one's module here is imported on the first reply or error of that library the helpers see.
 
 - `raise_boundary_failure(response, boundary=...)` observes the reply's report into the current request
   log (success or failure) and, on a non-2xx reply, raises the rebuilt remote failure (same event id,

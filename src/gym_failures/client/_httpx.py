@@ -34,7 +34,9 @@ class GymHTTPStatusError(httpx.HTTPStatusError):
         self.content = content
 
 
-def library_for(module: ModuleType, status_error: Callable[[Any, NgFailureEvent, bytes], Exception]) -> HttpLibrary:
+def library_for(
+    module: ModuleType, status_error: Callable[[Any, NgFailureEvent, bytes], Exception]
+) -> HttpLibrary:
     """The `HttpLibrary` of an httpx-shaped `module` (httpx, or httpx2, which the official OpenAI and
     Anthropic SDKs are built on: the same API under another name)."""
 

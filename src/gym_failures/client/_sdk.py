@@ -1,4 +1,4 @@
-"""The official OpenAI and Anthropic SDKs: observe every attempt they make, and turn their errors into Gym failures.
+"""The official OpenAI and Anthropic SDKs: observe every attempt they make; their errors as Gym failures.
 
 One line plugs gym-failures into a client, through the `http_client` the SDKs accept::
 
@@ -83,7 +83,9 @@ READER_EXTENSION = "gym_failures.stream_reader"
 """The request extension where the hook keeps a streamed reply's `StreamFailureReportReader`."""
 
 
-def observe_attempts(http_client: ClientT, *, boundary: FailureBoundary | str = FailureBoundary.MODEL) -> ClientT:
+def observe_attempts(
+    http_client: ClientT, *, boundary: FailureBoundary | str = FailureBoundary.MODEL
+) -> ClientT:
     """`http_client` (an httpx or httpx2 `Client` or `AsyncClient`) with a response hook that observes
     every attempt into the current request's failure log; `boundary` is the boundary called."""
     called = FailureBoundary(boundary)
@@ -242,7 +244,9 @@ def _stream_type(module_name: str, is_async: bool) -> type[_ObservedStream]:
     return type("ObservedStream", (_ObservedStream, library.SyncByteStream), {})
 
 
-def sdk_failure(error: BaseException, *, boundary: FailureBoundary | str = FailureBoundary.MODEL) -> NgFailureEvent:
+def sdk_failure(
+    error: BaseException, *, boundary: FailureBoundary | str = FailureBoundary.MODEL
+) -> NgFailureEvent:
     """The Gym failure an SDK exception stands for (see the module's docstring); raise it `from error`."""
     if isinstance(error, NgFailureEvent):
         return error
@@ -277,7 +281,9 @@ def sdk_failure(error: BaseException, *, boundary: FailureBoundary | str = Failu
                 exception_type=exception_type_name(cause),
             )
             url = url_without_secrets(str(getattr(request, "url", "")))
-            failure.http_details = HttpDetails(method=getattr(request, "method", ""), url=url, delivery=mapped[1])
+            failure.http_details = HttpDetails(
+                method=getattr(request, "method", ""), url=url, delivery=mapped[1]
+            )
             return failure
     message = getattr(error, "message", None)
     status = getattr(response, "status_code", None)
@@ -286,7 +292,9 @@ def sdk_failure(error: BaseException, *, boundary: FailureBoundary | str = Failu
         failure_kind=DEFAULT_KIND_BY_BOUNDARY[called],
         failure_reason=exception_type_name(error),
         foreign_error=sdk_error_details(
-            error, message if isinstance(message, str) else "", http_status=status if type(status) is int else None
+            error,
+            message if isinstance(message, str) else "",
+            http_status=status if type(status) is int else None,
         ),
         exception_type=exception_type_name(error),
     )

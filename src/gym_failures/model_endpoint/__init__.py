@@ -1,4 +1,4 @@
-"""A standalone OpenAI- and Anthropic-compatible model endpoint that injects failures: toxiproxy for model APIs.
+"""An OpenAI- and Anthropic-compatible model endpoint that injects failures: toxiproxy for model APIs.
 
 Run it with ``gym-failures serve model --port 8000`` (see `gym_failures.cli`), point any agent's
 official SDK at it (``base_url="http://127.0.0.1:8000/v1"`` for OpenAI, ``"http://127.0.0.1:8000"``

@@ -1,4 +1,4 @@
-"""The three model APIs the endpoint speaks: each one's request, plain reply and stream, from one neutral turn.
+"""The three model APIs the endpoint speaks: each one's request, plain reply and stream, from one turn.
 
 - OpenAI Responses (`POST /v1/responses`): a `response` object; a stream of `response.*` events
   ending in `response.completed`, `response.incomplete` or `response.failed`.
@@ -344,9 +344,11 @@ def failed_stream_events(
         data = {"type": "response.failed", "sequence_number": events_sent, "response": failed}
         return [_sse("response.failed", {**data, **report_field})]
     if call.api == "chat":
-        error = {"error": {"object": "error", "message": message, "type": "InternalServerError", "code": 500}}
-        return [_sse(None, {**error, **report_field}), _sse(None, "[DONE]")]
-    error = {"type": "error", "error": {"type": "api_error", "message": message}}
+        chat_error: dict[str, Any] = {
+            "error": {"object": "error", "message": message, "type": "InternalServerError", "code": 500}
+        }
+        return [_sse(None, {**chat_error, **report_field}), _sse(None, "[DONE]")]
+    error: dict[str, Any] = {"type": "error", "error": {"type": "api_error", "message": message}}
     return [_sse("error", {**error, **report_field})]
 
 
@@ -367,7 +369,9 @@ def _responses_stream(call: ModelCall, turn: Turn) -> StreamReply:
         if item["type"] == "message":
             part = item["content"][0]
             where = {"item_id": item["id"], "output_index": index, "content_index": 0}
-            events.append(event("response.output_item.added", output_index=index, item={**item, "content": []}))
+            events.append(
+                event("response.output_item.added", output_index=index, item={**item, "content": []})
+            )
             events.append(event("response.content_part.added", **where, part={**part, "text": ""}))
             for piece in _pieces(part["text"]):
                 events.append(event("response.output_text.delta", **where, delta=piece))
@@ -375,9 +379,13 @@ def _responses_stream(call: ModelCall, turn: Turn) -> StreamReply:
             events.append(event("response.content_part.done", **where, part=part))
         else:
             where = {"item_id": item["id"], "output_index": index}
-            events.append(event("response.output_item.added", output_index=index, item={**item, "arguments": ""}))
+            events.append(
+                event("response.output_item.added", output_index=index, item={**item, "arguments": ""})
+            )
             events.append(event("response.function_call_arguments.delta", **where, delta=item["arguments"]))
-            events.append(event("response.function_call_arguments.done", **where, arguments=item["arguments"]))
+            events.append(
+                event("response.function_call_arguments.done", **where, arguments=item["arguments"])
+            )
         events.append(event("response.output_item.done", output_index=index, item=item))
     kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
 
@@ -401,9 +409,13 @@ def _chat_stream(call: ModelCall, turn: Turn) -> StreamReply:
     for index, tool in enumerate(turn.tool_calls):
         call_head = {"index": index, "id": tool.call_id, "type": "function"}
         events.append(
-            _sse(None, chunk({"tool_calls": [{**call_head, "function": {"name": tool.name, "arguments": ""}}]}))
+            _sse(
+                None, chunk({"tool_calls": [{**call_head, "function": {"name": tool.name, "arguments": ""}}]})
+            )
         )
-        events.append(_sse(None, chunk({"tool_calls": [{"index": index, "function": {"arguments": tool.arguments}}]})))
+        events.append(
+            _sse(None, chunk({"tool_calls": [{"index": index, "function": {"arguments": tool.arguments}}]}))
+        )
 
     def terminal(report_field: Mapping[str, Any]) -> list[bytes]:
         last = {**chunk({}, _finish_reason(turn)), **report_field}
@@ -416,20 +428,28 @@ def _anthropic_stream(call: ModelCall, turn: Turn) -> StreamReply:
     start = _anthropic_message(call, turn, final=False)
     events = [_sse("message_start", {"type": "message_start", "message": start})]
     for index, block in enumerate(_anthropic_blocks(turn)):
+        opened: dict[str, Any]
+        deltas: list[dict[str, Any]]
         if block["type"] == "text":
-            opened, deltas = {"type": "text", "text": ""}, [
-                {"type": "text_delta", "text": piece} for piece in _pieces(block["text"])
-            ]
+            opened, deltas = (
+                {"type": "text", "text": ""},
+                [{"type": "text_delta", "text": piece} for piece in _pieces(block["text"])],
+            )
         else:
             opened = {**block, "input": {}}
             deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
         events.append(
-            _sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": opened})
+            _sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": opened},
+            )
         )
         if index == 0:
             events.append(_sse("ping", {"type": "ping"}))
         for delta in deltas:
-            events.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
+            events.append(
+                _sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+            )
         events.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
     events.append(
         _sse(

@@ -164,7 +164,7 @@ class ModelEndpoint:
         if not any(hmac.compare_digest(value.encode(), expected) for value in offered if value):
             raise ModelFailure(
                 failure_kind=MODEL_REQUEST_ERROR,
-                failure_reason="the request carries no valid API key (send it as a Bearer token or in x-api-key)",
+                failure_reason="no valid API key: send it as a Bearer token or in x-api-key",
                 http_status=401,
             )
 
@@ -212,7 +212,9 @@ class ModelEndpoint:
 
     async def _models(self, request: Request) -> Response:
         self._authorize(request)
-        data = [{"id": name, "object": "model", "created": 0, "owned_by": "gym-failures"} for name in self.models]
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "gym-failures"} for name in self.models
+        ]
         return JSONResponse({"object": "list", "data": data})
 
     # --- replies ---------------------------------------------------------------------------------
@@ -223,7 +225,9 @@ class ModelEndpoint:
         if fault.name == "quota_429":
             return ModelFailure(
                 failure_kind=PROVIDER_QUOTA_EXHAUSTED,
-                failure_reason=f"requests-per-minute quota of {call.model} exhausted; resets at {quota_reset()} UTC",
+                failure_reason=(
+                    f"requests-per-minute quota of {call.model} exhausted; resets at {quota_reset()} UTC"
+                ),
                 http_status=429,
                 stage=stage,
                 retry_after_s=fault.retry_after_s,
@@ -257,7 +261,9 @@ class ModelEndpoint:
         if fault is not None and (
             name in ("quota_429", "server_503", "server_500") or (name == "stream_failed" and not call.stream)
         ):
-            failure = self._failure(call, replace(fault, name="server_500") if name == "stream_failed" else fault)
+            failure = self._failure(
+                call, replace(fault, name="server_500") if name == "stream_failed" else fault
+            )
             self._heard(call, fault, failure)
             raise failure
         if fault is not None and name == "slow":
@@ -270,7 +276,9 @@ class ModelEndpoint:
         if fault is not None and name == "truncated":
             self._heard(call, fault)
             words = turn.text.split()
-            turn = Turn(text=" ".join(words[: max(1, len(words) // 3)]) or "Let me think about", truncated=True)
+            turn = Turn(
+                text=" ".join(words[: max(1, len(words) // 3)]) or "Let me think about", truncated=True
+            )
         elif fault is not None and name == "empty":
             self._heard(call, fault)
             turn = Turn(text="")
