@@ -17,6 +17,7 @@ MODULES = [
     "gym_failures.failure_transport",
     "gym_failures.failures",
     "gym_failures.gate",
+    "gym_failures.model_endpoint",
     "gym_failures.redaction",
     "gym_failures.reply",
     "gym_failures.reporting.explain",

@@ -248,10 +248,10 @@ class StreamFailureReportReader:
                 name = _field_value(line, 5) or None
             elif line.startswith(b"data:") and data is None:
                 data = _field_value(line, 4)
+        if data is None:  # an event without a complete data line is never dispatched
+            return False
         if name is not None:
             return name in self._TERMINAL_NAMES
-        if data is None:
-            return False
         if data.strip() == self._TERMINAL_DATA:
             return True
         match = self._LEADING_TYPE.match(data)
