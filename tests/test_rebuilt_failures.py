@@ -131,3 +131,20 @@ def test_retry_hints_are_bounded(given: float, bounded: float | None) -> None:
     details = ModelFailure(failure_kind="provider_unavailable")
     details.http_details = HttpDetails(method="GET", url="u", retry_after_s=given)
     assert retry_hint_s(details) == bounded
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("86400", MAX_RETRY_AFTER_S),
+        ("86401", MAX_RETRY_AFTER_S),
+        ("9" * 400, MAX_RETRY_AFTER_S),  # float() of it is inf
+        ("Fri, 31 Dec 9999 23:59:59 GMT", MAX_RETRY_AFTER_S),
+        ("Thu, 01 Jan 1970 00:00:00 GMT", 0.0),
+        ("soon", None),
+    ],
+)
+def test_a_peers_retry_after_is_bounded_where_it_is_parsed(value: str, seconds: float | None) -> None:
+    from gym_failures.client._reply import retry_after_s
+
+    assert retry_after_s({"Retry-After": value}) == seconds

@@ -32,6 +32,7 @@ from gym_failures.cli._render import (
     stderr,
     stdout,
 )
+from gym_failures.cli._serve import serve_app
 from gym_failures.failure_kinds import COLLECTION_RESUME_REFUSED
 from gym_failures.reporting.explain import line_row, rollout_rows
 from gym_failures.reporting.html import render_html
@@ -48,7 +49,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.add_typer(__import__("gym_failures.cli._serve", fromlist=["serve_app"]).serve_app)  # issue 15: serve
+app.add_typer(serve_app)  # `gym-failures serve model` (gym_failures.cli._serve)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 PathsArgument = Annotated[

@@ -24,7 +24,13 @@ from gym_failures.failure_kinds import (
 )
 from gym_failures.failure_records import FailureBoundary, FailureReport
 from gym_failures.failure_transport import FailureHeader, observe_report
-from gym_failures.failures import HttpDetails, NgFailureEvent, failure_type_for, rebuild_failure
+from gym_failures.failures import (
+    MAX_RETRY_AFTER_S,
+    HttpDetails,
+    NgFailureEvent,
+    failure_type_for,
+    rebuild_failure,
+)
 from gym_failures.redaction import redact, url_without_secrets
 
 if TYPE_CHECKING:
@@ -59,18 +65,19 @@ by the boundary called. `model_request_error` is HTTP-shaped: classification ref
 
 
 def retry_after_s(headers: Mapping[str, str]) -> float | None:
-    """The wait a `Retry-After` header asks for, in seconds (delta-seconds or an HTTP date)."""
+    """The wait a `Retry-After` header asks for, in seconds (delta-seconds or an HTTP date), bounded to
+    0-`MAX_RETRY_AFTER_S`: a peer's number is not trusted to fit a float or a sleep."""
     value = headers.get("Retry-After")
     if value is None:
         return None
     value = value.strip()
     if value.isascii() and value.isdigit():  # "²".isdigit() is true too
-        return float(value)
+        return min(float(value), MAX_RETRY_AFTER_S)
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        return min(max(0.0, when.timestamp() - time.time()), MAX_RETRY_AFTER_S)
+    except (TypeError, ValueError, OverflowError):
         return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 async def _content(library: HttpLibrary, response: object) -> bytes:
