@@ -325,3 +325,12 @@ def test_the_sdks_retry_waits_the_retry_after_and_every_attempt_is_observed(
     # The SDKs add no jitter to a Retry-After they honour; without it they back off 0.5 s at most.
     assert 1.0 <= waited < 3.0
     assert [event.failure_kind for event in log.report.events.values()] == ["provider_quota_exhausted"]
+
+
+def test_every_dropped_attempt_the_sdk_retries_is_observed(clients: Clients) -> None:
+    header = _fault(f"drop_connection; times=2; id=retried-{time.monotonic_ns()}")
+    with RequestFailureLog.capture() as log:
+        answer = _openai(clients, retries=2).responses.create(model="m", input="hi", extra_headers=header)
+    assert answer.status == "completed"
+    kinds = [event.failure_kind for event in log.report.events.values()]
+    assert kinds == ["transport_peer_drop", "transport_peer_drop"]

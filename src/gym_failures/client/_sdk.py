@@ -9,8 +9,10 @@ One line plugs gym-failures into a client, through the `http_client` the SDKs ac
 
 `observe_attempts` adds a response event hook to an httpx or httpx2 client (sync or async), so every
 attempt the SDK makes, its retries included, is observed into the current request's failure log: a
-reply's report (success or failure), a failed reply without one as the caller's own failure, and a
-streamed reply's terminal report, or the stream's cut when it ends without its terminal event.
+reply's report (success or failure), a failed reply without one as the caller's own failure, a body
+that breaks off mid-way (a dropped connection), and a streamed reply's terminal report, or the
+stream's cut when it ends without its terminal event. An attempt that never gets a reply (a refused
+connection, a connect timeout) reaches no hook: `sdk_failure` of the SDK's final error reports it.
 
 `sdk_failure(error)` is the one call that turns an SDK exception into the Gym failure it stands for
 (raise it `from error`):
@@ -147,16 +149,22 @@ def _on_response(response: Any, boundary: FailureBoundary, *, is_async: bool) ->
         if report is None:  # a report was observed whole above
             observe_failure(failure)
         return
+    # Every body is watched for a connection that breaks mid-way (the SDKs retry those); only a
+    # stream is read for its terminal event.
+    reader = None
     if response.headers.get("content-type", "").startswith("text/event-stream"):
         reader = StreamFailureReportReader()
         extensions[READER_EXTENSION] = reader
-        response.stream = _stream_type(type(response).__module__, is_async)(response, reader, boundary)
+    response.stream = _stream_type(type(response).__module__, is_async)(response, reader, boundary)
 
 
 class _ObservedStream:
-    """A streamed reply's body, passed on unchanged while a reader reads its terminal report."""
+    """A reply's body, passed on unchanged: a stream's terminal report is read, and a body that breaks
+    off is observed as the transport failure it is."""
 
-    def __init__(self, response: Any, reader: StreamFailureReportReader, boundary: FailureBoundary) -> None:
+    def __init__(
+        self, response: Any, reader: StreamFailureReportReader | None, boundary: FailureBoundary
+    ) -> None:
         self._stream = response.stream
         self._request = response.request
         self._reader = reader
@@ -165,7 +173,8 @@ class _ObservedStream:
         self._done = False
 
     def _chunk(self, chunk: bytes) -> bytes:
-        self._reader.feed(chunk)
+        if self._reader is not None:
+            self._reader.feed(chunk)
         return chunk
 
     def _finish(self, error: BaseException | None = None) -> None:
@@ -173,8 +182,9 @@ class _ObservedStream:
             return
         self._done = True
         reader = self._reader
-        reader.finish()
-        reader.observe()
+        if reader is not None:
+            reader.finish()
+            reader.observe()
         request = self._request
         failure: NgFailureEvent | None = None
         if error is not None:
@@ -185,14 +195,14 @@ class _ObservedStream:
                     failure_kind=kind[0],
                     failure_reason=(
                         f"{request.method} {url_without_secrets(str(request.url))}: "
-                        f"{exception_type_name(error)} in the middle of a stream"
+                        f"{exception_type_name(error)} in the middle of the reply"
                     ),
                     exception_type=exception_type_name(error),
                 )
                 failure.http_details = HttpDetails(
                     method=request.method, url=url_without_secrets(str(request.url)), delivery="unknown"
                 )
-        elif self._ended and not reader.terminal_seen:
+        elif reader is not None and self._ended and not reader.terminal_seen:
             failure = stream_failure(
                 reader, boundary=self._boundary, method=request.method, url=str(request.url)
             )
