@@ -45,6 +45,8 @@ __all__ = [
     "MAX_EXCERPT",
     "raise_boundary_failure",
     "raise_for_status",
+    "remote_failure",
+    "reply_failure",
     "retry_after_s",
 ]
 
@@ -115,23 +117,56 @@ async def _failure_for(
         retry_after_s=retry_after_s(headers),
         delivery="answered",
     )
-    failure = rebuild_failure(report) if report is not None else None
+    failure = reply_failure(
+        report,
+        details,
+        boundary=boundary,
+        failure_kind=failure_kind,
+        stage=stage,
+        operation=operation,
+        operation_id=operation_id,
+        attempt_id=attempt_id,
+    )
+    return failure, content
+
+
+def remote_failure(report: FailureReport | None) -> NgFailureEvent | None:
+    """The remote failure `report` names, rebuilt; `None` without one. The one place the client
+    helpers rebuild a remote failure, from a reply's header or a stream's terminal event."""
+    return None if report is None else rebuild_failure(report)
+
+
+def reply_failure(
+    report: FailureReport | None,
+    details: HttpDetails,
+    *,
+    boundary: FailureBoundary | str,
+    failure_kind: str | None = None,
+    stage: FailureStage | None = None,
+    operation: str | None = None,
+    operation_id: str | None = None,
+    attempt_id: str | None = None,
+) -> NgFailureEvent:
+    """The failure a failed reply names: rebuilt from its `report`, or else built from the caller's
+    own evidence as the class of `boundary`; the HTTP exchange (`details`) kept in `http_details`."""
+    failure = remote_failure(report)
     if failure is None:
         called = FailureBoundary(boundary)
+        status = details.status
         # The class of the boundary called, as `rebuild_failure` picks it, so `except ModelFailure`
         # catches a model server's failure whether or not its reply had a report.
         failure = failure_type_for(called)(
             boundary=called,
             failure_kind=failure_kind or DEFAULT_KIND_BY_BOUNDARY[called],
-            failure_reason=f"{method} {safe_url} answered {status} without a failure report",
-            http_status=status if 100 <= status <= 599 else None,
+            failure_reason=f"{details.method} {details.url} answered {status} without a failure report",
+            http_status=status if status is not None and 100 <= status <= 599 else None,
             stage=stage,
             operation=operation,
             operation_id=operation_id,
             attempt_id=attempt_id,
         )
     failure.http_details = details
-    return failure, content
+    return failure
 
 
 async def raise_boundary_failure(

@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from gym_failures.client._libraries import library_of
-from gym_failures.client._reply import DEFAULT_KIND_BY_BOUNDARY, MAX_EXCERPT, retry_after_s
+from gym_failures.client._reply import DEFAULT_KIND_BY_BOUNDARY, MAX_EXCERPT, reply_failure, retry_after_s
 from gym_failures.client._stream import stream_failure
 from gym_failures.client._transport import transport_kind
 from gym_failures.failure_records import FailureBoundary
@@ -70,7 +70,6 @@ from gym_failures.failures import (
     NgFailureEvent,
     exception_type_name,
     failure_type_for,
-    rebuild_failure,
     sdk_error_details,
 )
 from gym_failures.redaction import redact, url_without_secrets
@@ -124,19 +123,8 @@ def _details(response: Any, status: int | None, *, body: str = "") -> HttpDetail
 
 def _reply_failure(response: Any, boundary: FailureBoundary, *, body: str = "") -> NgFailureEvent:
     """The failure a failed reply names, rebuilt, or the caller's own built from its status."""
-    report = FailureHeader.decode(response.headers)
-    failure = rebuild_failure(report) if report is not None else None
-    status = response.status_code
-    details = _details(response, status, body=body)
-    if failure is None:
-        failure = failure_type_for(boundary)(
-            boundary=boundary,
-            failure_kind=DEFAULT_KIND_BY_BOUNDARY[boundary],
-            failure_reason=f"{details.method} {details.url} answered {status} without a failure report",
-            http_status=status,
-        )
-    failure.http_details = details
-    return failure
+    details = _details(response, response.status_code, body=body)
+    return reply_failure(FailureHeader.decode(response.headers), details, boundary=boundary)
 
 
 def _on_response(response: Any, boundary: FailureBoundary, *, is_async: bool) -> None:

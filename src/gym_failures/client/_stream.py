@@ -13,10 +13,11 @@ turns what the reader saw into the failure to raise, if any:
 
 from __future__ import annotations
 
+from gym_failures.client._reply import remote_failure
 from gym_failures.failure_kinds import TRANSPORT_PEER_DROP, FailureStage
 from gym_failures.failure_records import FailureBoundary
 from gym_failures.failure_transport import StreamFailureReportReader
-from gym_failures.failures import HttpDetails, NgFailureEvent, failure_type_for, rebuild_failure
+from gym_failures.failures import HttpDetails, NgFailureEvent, failure_type_for
 from gym_failures.redaction import url_without_secrets
 
 __all__ = ["stream_failure"]
@@ -32,10 +33,9 @@ def stream_failure(
 ) -> NgFailureEvent | None:
     """The failure a stream ended in (see the module's docstring); finishes `reader` if it was not."""
     report = reader.finish()
-    if report is not None and report.failure_id is not None:
-        failure = rebuild_failure(report)
-        if failure is not None:
-            return failure
+    failure = remote_failure(report)
+    if failure is not None:
+        return failure
     if reader.terminal_seen:
         return None
     safe_url = url_without_secrets(url)
