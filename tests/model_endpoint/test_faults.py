@@ -8,7 +8,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gym_failures.model_endpoint import FAULTS, Fault, ModelEndpoint, ModelEndpointPlan, parse_fault_header
+from gym_failures.failures import ModelFailure
+from gym_failures.model_endpoint import (
+    FAULTS,
+    Fault,
+    ModelCall,
+    ModelEndpoint,
+    ModelEndpointPlan,
+    parse_fault_header,
+)
+from gym_failures.model_endpoint._apis import read_call
 from gym_failures.model_endpoint._faults import MAX_COUNTED, MAX_TIMES, MAX_WAIT_S, ForcedFaults
 
 PLAN = ModelEndpointPlan()
@@ -136,3 +145,32 @@ async def test_the_key_is_accepted_as_x_api_key_and_never_echoed() -> None:
     assert refused.status_code == 401
     assert key[:-1] not in refused.text
     assert key[:-1] not in str(refused.headers)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=30,
+)
+REQUEST_KEYS = st.sampled_from(["model", "input", "messages", "max_tokens", "stream", "system", "tools"])
+
+
+@given(
+    api=st.sampled_from(["responses", "chat", "messages"]),
+    body=JSON | st.dictionaries(REQUEST_KEYS, JSON | st.just("m"), max_size=7),
+)
+def test_any_request_body_is_a_call_or_a_400(api: str, body: object) -> None:
+    outcome = _read_or_refuse(api, body)
+    if isinstance(outcome, ModelFailure):
+        assert (outcome.http_status, outcome.failure_kind) == (400, "invalid_request_parameter")
+        return
+    assert outcome.api == api
+    assert isinstance(outcome.prompt, str)
+    assert outcome.max_output_tokens is None or 0 < outcome.max_output_tokens < 1 << 31
+
+
+def _read_or_refuse(api: str, body: object) -> ModelCall | ModelFailure:
+    try:
+        return read_call(api, body, {})  # type: ignore[arg-type]
+    except ModelFailure as failure:
+        return failure

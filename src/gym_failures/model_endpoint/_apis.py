@@ -99,9 +99,9 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(12)}"
 
 
-def _text(content: object) -> str:
+def _text(content: object, *, nested: bool = True) -> str:
     """The text of a message's content: a string, or a list of parts holding `text` (or a tool
-    result's `content`)."""
+    result's `content`, read one level deep: a request's nesting never drives recursion)."""
     if isinstance(content, str):
         return content[:_MAX_PROMPT_CHARS]
     if not isinstance(content, list):
@@ -111,8 +111,8 @@ def _text(content: object) -> str:
         if isinstance(part, Mapping):
             if isinstance(part.get("text"), str):
                 texts.append(part["text"])
-            elif part.get("type") == "tool_result":
-                texts.append(_text(part.get("content")))
+            elif nested and part.get("type") == "tool_result":
+                texts.append(_text(part.get("content"), nested=False))
     return "".join(texts)[:_MAX_PROMPT_CHARS]
 
 
