@@ -27,6 +27,15 @@ Decisions:
   omitted one keeps the result omitted.
 - `feed` after `finish` raises `ValueError`, as I/O on a closed file does: a chunk read after the stream
   was closed would be evidence silently lost. `finish` may be called again and returns the same report.
+- Whether the stream ended with its terminal event (`terminal_seen`) is decided by `finish` from the
+  stream's last event: a terminal `event:` name, a data line whose leading `"type"` is terminal, or
+  the Chat Completions stream's `data: [DONE]`. The reader keeps references to the last two chunks
+  (never copies) to read that event; when it starts further back (a terminal event whose data line
+  is longer than a chunk and 64 KiB before it), the name of the last event seen open at a chunk
+  boundary decides. A report read from a terminal event means a terminal event was seen. A line
+  the stream never ended is not an event: a stream cut inside its terminal event did not end with it.
+- A Chat Completions stream names no event types: its chunk that carries a `finish_reason`, and a
+  chunk `{"error": {...}}` (vLLM's failed stream), are its terminal events for reading a report.
 - `feed_text` encodes 64 Ki characters at a time; a lone surrogate (text that is not valid Unicode)
   becomes U+FFFD, the character `feed` reads for an invalid byte, never invalid UTF-8.
 
@@ -64,6 +73,16 @@ _SPLIT: Final = len(_FIELD) - 1
 _NAME_HEAD: Final = frozenset(_FIELD[:-1])
 _NAME_REST: Final = frozenset(_FIELD[1:])
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _is_chat_end(payload: Mapping[str, Any]) -> bool:
+    """Whether a Chat Completions chunk ends its stream: it has a `finish_reason`, or is an error."""
+    if isinstance(payload.get("error"), Mapping):
+        return True
+    choices = payload.get("choices")
+    return isinstance(choices, list) and any(
+        isinstance(choice, Mapping) and choice.get("finish_reason") is not None for choice in choices
+    )
 
 
 def _field_value(line: bytes, name_length: int) -> bytes:
@@ -107,6 +126,10 @@ class StreamFailureReportReader:
     """The unfinished line; over `_MAX_LINE_BYTES`, only its head and tail (`_overlong`)."""
     report: FailureReport | None = None
     """The report read so far; `None` until a terminal event carries one."""
+    _TERMINAL_DATA: ClassVar[bytes] = b"[DONE]"
+    """The Chat Completions stream's terminal data line, as OpenAI and vLLM send it."""
+    _WINDOW: ClassVar[int] = 1 << 16
+    """The bytes of the chunk before the last read back by `finish` to find the stream's last event."""
 
     def __init__(self) -> None:
         self._pending = b""
@@ -123,6 +146,13 @@ class StreamFailureReportReader:
         self._closed = False
         self._guarded = True
         """Closed or at the stream's start: the one check the hot path makes for both."""
+        self._recent: bytes = b""
+        self._previous: bytes = b""
+        """The last two chunks, by reference: `finish` reads the stream's last event from them."""
+        self._named: bytes | None = None
+        """The name of the last event seen open at a chunk boundary."""
+        self._fed = 0
+        self._terminal: bool | None = None
 
     def feed(self, chunk: bytes) -> None:
         """Read `chunk`, the next bytes of the stream, without changing or keeping it."""
@@ -132,6 +162,9 @@ class StreamFailureReportReader:
             chunk = self._after_bom(chunk)
         if not chunk:
             return
+        self._previous = self._recent
+        self._recent = chunk
+        self._fed += len(chunk)
         pending = self._pending
         found = chunk.find(_FIELD)
         continued = self._pending_hit
@@ -172,10 +205,20 @@ class StreamFailureReportReader:
                 data = _SURROGATE.sub("\ufffd", piece).encode()
             self.feed(data)
 
+    @property
+    def terminal_seen(self) -> bool:
+        """Whether the stream had its terminal event: a report read from one, or (after `finish`) a
+        last event that is terminal. `False` for a stream that ended, or was cut, without one."""
+        if self.report is not None:
+            return True
+        return bool(self._terminal)
+
     def finish(self) -> FailureReport | None:
         """Close the body; an unfinished data line is not complete report evidence."""
         if not self._closed:
             self._closed = True
+            self._terminal = self._ends_with_terminal_event()
+            self._recent = self._previous = b""
             if self._pending_hit:
                 LOGGER.warning(
                     "a stream ended inside a line holding %s; an unfinished line is not read",
@@ -186,6 +229,33 @@ class StreamFailureReportReader:
             self._start = None
             self._guarded = True
         return self.report
+
+    def _ends_with_terminal_event(self) -> bool:
+        """Whether the stream's last complete event is terminal (see the module's decisions)."""
+        window = self._previous[-self._WINDOW :] + self._recent
+        end = max(window.rfind(b"\n"), window.rfind(b"\r"))
+        text = window[: end + 1].rstrip(b"\r\n")
+        if not text:
+            return False
+        blank = max(text.rfind(b"\n\n"), text.rfind(b"\r\r"), text.rfind(b"\n\r\n"))
+        if blank < 0 and len(window) < self._fed:
+            # The last event started before the window: only its name, if one was seen, can tell.
+            return self._named is not None and self._named in self._TERMINAL_NAMES
+        name: bytes | None = None
+        data: bytes | None = None
+        for line in text[blank + 1 :].splitlines():
+            if line.startswith(b"event:"):
+                name = _field_value(line, 5) or None
+            elif line.startswith(b"data:") and data is None:
+                data = _field_value(line, 4)
+        if data is None:  # an event without a complete data line is never dispatched
+            return False
+        if name is not None:
+            return name in self._TERMINAL_NAMES
+        if data.strip() == self._TERMINAL_DATA:
+            return True
+        match = self._LEADING_TYPE.match(data)
+        return match is not None and match.group(1).decode("ascii", "replace") in self._TERMINAL_TYPES
 
     def observe(self) -> None:
         """Retain model-call observations without selecting an enclosing episode failure."""
@@ -204,7 +274,7 @@ class StreamFailureReportReader:
         if not line:
             self._event = None
         elif line.startswith(b"event") and (len(line) == 5 or line[5] == _COLON):
-            self._event = _field_value(line, 5) or None
+            self._event = self._named = _field_value(line, 5) or None
         elif (
             line.startswith(b"data")
             and (len(line) == 4 or line[4] == _COLON)
@@ -221,7 +291,8 @@ class StreamFailureReportReader:
         if not isinstance(payload, Mapping):
             return  # the key is nested in a list or string: not a field of this event
         data_type = payload.get("type", _MISSING)
-        if not self._is_terminal(data_type, readable=True):
+        chat_end = data_type is _MISSING and self._event is None and _is_chat_end(payload)
+        if not chat_end and not self._is_terminal(data_type, readable=True):
             LOGGER.debug("%s in a non-terminal stream event is not evidence", FailureHeader.STREAM_FIELD)
             return
         report = FailureHeader.decode_stream_event(payload)
@@ -381,7 +452,7 @@ class StreamFailureReportReader:
             if start == 0 and self._pending:
                 name = self._joined_event(self._pending, chunk, stop)
                 if name is not None:
-                    self._event = name or None
+                    self._event = self._named = name or None
                 return
             if start == stop:
                 self._event = None
@@ -391,7 +462,7 @@ class StreamFailureReportReader:
                     self._event = _LONG_NAME
                 else:
                     value = chunk[start + 6 : stop]
-                    self._event = (value[1:] if value[:1] == b" " else value) or None
+                    self._event = self._named = (value[1:] if value[:1] == b" " else value) or None
                 return
             if start == lo:
                 return
@@ -410,7 +481,7 @@ class StreamFailureReportReader:
             if chunk[at - 1] in (_LF, _CR) and chunk[at + 5] in (_COLON, _LF, _CR):
                 lf = chunk.find(b"\n", at, stop)
                 cr = chunk.find(b"\r", at, lf if lf >= 0 else stop)
-                self._event = self._name(chunk, at, cr if cr >= 0 else lf)
+                self._event = self._named = self._name(chunk, at, cr if cr >= 0 else lf)
                 return
             at = chunk.rfind(b"event", floor, at + 4)
         if blank >= 0:

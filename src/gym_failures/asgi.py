@@ -30,6 +30,19 @@ Decisions:
   success reply's, and a header the app set itself (merged with the log, the app's `failure_id`
   kept). The request's log keeps the scope (`RequestFailureLog.request_scope`) so that a report
   written into the request's stream is scrubbed the same way.
+- The failure reply's body is in the shape its callers' clients read (`error_shape`, per app, or per
+  request with a function of the ASGI scope): `"gym"` (the default, `{"failure_kind", "failure_reason",
+  "event_id", "boundary"}`), `"openai"` (`{"error": {"message", "type", "code", ...}}`) or
+  `"anthropic"` (`{"type": "error", "error": {"type", "message", ...}}`). Each API's own error type is
+  chosen by the reply's status; the message reads `<kind>: <reason> (event <id>)`, and the error
+  object also holds `failure_kind`, `event_id` and `boundary`, so an SDK's exception says what failed
+  and which event it was. The report itself stays in the header.
+- `failure_status` is one status, or a function of the failure (a model endpoint replies 429 to a
+  quota failure, so clients back off); a function's answer outside 400-599 falls back to 500.
+- A failure reply whose failure knows when a retry can succeed (`failures.retry_hint_s`: an explicit
+  hint, a provider's own `Retry-After`, a quota's reset time) sends `Retry-After` in whole seconds,
+  rounded up, so an SDK's retry loop waits that long.
+- Every failure reply is sent by `FailureReportMiddleware._send_failure`, and only there.
 - The log line for a failed request carries the kind, the event id, the raising frame and the
   redacted reason at ERROR (the whole stack, frames only, at DEBUG), never `str(exc)` or a formatted
   exception, whose last line quotes it.
@@ -39,6 +52,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import traceback
 from collections.abc import (
     AsyncIterable,
@@ -50,24 +64,40 @@ from collections.abc import (
     Mapping,
     MutableMapping,
 )
-from typing import Any
+from typing import Any, Literal
 
 from gym_failures._request_log import CURRENT_REQUEST_LOG
 from gym_failures.failure_kinds import INFRASTRUCTURE_ERROR, FailureStage
 from gym_failures.failure_records import FailureBoundary, FailureEvent, FailureReport
 from gym_failures.failure_transport import FailureHeader, RequestFailureLog, StreamFailureReportReader
-from gym_failures.failures import NgFailureEvent, bounded_text, exception_type_name, explicit_gym_cause
+from gym_failures.failures import (
+    NgFailureEvent,
+    bounded_text,
+    exception_type_name,
+    explicit_gym_cause,
+    retry_hint_s,
+)
 from gym_failures.redaction import redact
 from gym_failures.reply import fit, scrub, stream_failure_field
 from gym_failures.telemetry import record_reply
 
-__all__ = ["FailureReportMiddleware", "relay_stream", "sse_event", "stream_failure_field"]
+__all__ = [
+    "ErrorShape",
+    "FailureReportMiddleware",
+    "error_body",
+    "relay_stream",
+    "sse_event",
+    "stream_failure_field",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+ErrorShape = Literal["gym", "openai", "anthropic"]
+"""The shape of a failure reply's JSON body: this library's own, or an API's error object."""
 
 LOGGER = logging.getLogger(__name__)
 
@@ -84,16 +114,20 @@ class FailureReportMiddleware:
         *,
         boundary: FailureBoundary | str,
         default_failure_kind: str = INFRASTRUCTURE_ERROR,
-        failure_status: int = 500,
+        failure_status: int | Callable[[NgFailureEvent], int] = 500,
         stage: FailureStage | None = None,
+        error_shape: ErrorShape | Callable[[Scope], ErrorShape] = "gym",
     ) -> None:
-        if not 400 <= failure_status <= 599:
+        if not callable(failure_status) and not 400 <= failure_status <= 599:
             raise ValueError("failure_status must be a 4xx or 5xx status")
+        if not callable(error_shape) and error_shape not in _ERROR_TYPES:
+            raise ValueError(f"error_shape must be one of {sorted(_ERROR_TYPES)}")
         self.app = app
         self.boundary = FailureBoundary(boundary)
         self.default_failure_kind = default_failure_kind
         self.failure_status = failure_status
         self.stage = stage
+        self.error_shape = error_shape
         # Fail at startup, not at the first failure, if the default kind cannot make an event.
         self._wrap(RuntimeError(), known_secrets=())
 
@@ -132,7 +166,7 @@ class FailureReportMiddleware:
         except Exception as error:
             if response_started:
                 raise
-            await self._send_failure(error, log, send)
+            await self._send_failure(error, log, scope, send)
         finally:
             CURRENT_REQUEST_LOG.reset(token)
 
@@ -184,32 +218,101 @@ class FailureReportMiddleware:
             return failure
         return self._wrap(error, known_secrets)
 
-    async def _send_failure(self, error: Exception, log: RequestFailureLog, send: Send) -> None:
+    def _status_of(self, failure: NgFailureEvent) -> int:
+        if not callable(self.failure_status):
+            return self.failure_status
+        try:
+            status = self.failure_status(failure)
+        except Exception:  # a broken status function must not hide the failure
+            LOGGER.exception("failure_status raised; replying 500")
+            return 500
+        return status if type(status) is int and 400 <= status <= 599 else 500
+
+    def _shape_of(self, scope: Scope) -> ErrorShape:
+        if not callable(self.error_shape):
+            return self.error_shape
+        try:
+            shape = self.error_shape(scope)
+        except Exception:
+            LOGGER.exception("error_shape raised; replying in the gym shape")
+            return "gym"
+        return shape if shape in _ERROR_TYPES else "gym"
+
+    async def _send_failure(self, error: Exception, log: RequestFailureLog, scope: Scope, send: Send) -> None:
+        """Reply for a request that failed before its response started: the one place that does."""
         secrets = log.request_secrets()
         failure = self._failure_of(error, log, secrets)
         scrubbed = scrub(log.reply_report(failure), secrets)
         fitted = fit(scrubbed)
-        record_reply(self.failure_status, scrubbed, fitted)
+        status = self._status_of(failure)
+        record_reply(status, scrubbed, fitted)
         # The body names the failure whether or not its event fitted the header.
         event = scrubbed.events[failure.event_id]
         _log_failure(event, error)
-        body = json.dumps(
-            {
-                "failure_kind": event.failure_kind,
-                "failure_reason": event.failure_reason,
-                "event_id": event.event_id,
-                "boundary": event.boundary.value,
-            },
-            ensure_ascii=True,
-        ).encode("ascii")
+        body = error_body(event, status=status, shape=self._shape_of(scope))
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode("ascii")),
         ]
+        wait = retry_hint_s(failure)
+        if wait is not None:
+            headers.append((b"retry-after", str(math.ceil(wait)).encode("ascii")))
         if fitted.header_value is not None:
             headers.append((_HEADER_NAME, fitted.header_value.encode("ascii")))
-        await send({"type": "http.response.start", "status": self.failure_status, "headers": headers})
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+_ERROR_TYPES: dict[str, tuple[dict[int, str], str]] = {
+    # Each API's error `type` by status, and its type for any other status.
+    "gym": ({}, ""),
+    "openai": (
+        {
+            400: "invalid_request_error",
+            401: "authentication_error",
+            403: "permission_error",
+            404: "not_found_error",
+            409: "conflict_error",
+            422: "unprocessable_entity_error",
+            429: "rate_limit_error",
+        },
+        "server_error",
+    ),
+    "anthropic": (
+        {
+            400: "invalid_request_error",
+            401: "authentication_error",
+            403: "permission_error",
+            404: "not_found_error",
+            413: "request_too_large",
+            429: "rate_limit_error",
+            529: "overloaded_error",
+        },
+        "api_error",
+    ),
+}
+
+
+def error_body(event: FailureEvent, *, status: int, shape: ErrorShape = "gym") -> bytes:
+    """A failure reply's JSON body for `event` in `shape` (see the module's decisions), ASCII."""
+    facts = {"failure_kind": event.failure_kind, "event_id": event.event_id, "boundary": event.boundary.value}
+    if shape == "gym":
+        body: dict[str, Any] = {
+            "failure_kind": event.failure_kind,
+            "failure_reason": event.failure_reason,
+            "event_id": event.event_id,
+            "boundary": event.boundary.value,
+        }
+    else:
+        by_status, other = _ERROR_TYPES[shape]
+        error_type = by_status.get(status, other if status >= 500 else "invalid_request_error")
+        reason = f": {event.failure_reason}" if event.failure_reason else ""
+        message = f"{event.failure_kind}{reason} (event {event.event_id})"
+        if shape == "openai":
+            body = {"error": {"message": message, "type": error_type, "code": event.failure_kind, **facts}}
+        else:
+            body = {"type": "error", "error": {"type": error_type, "message": message, **facts}}
+    return json.dumps(body, ensure_ascii=True).encode("ascii")
 
 
 def _with_report_header(message: Message, log: RequestFailureLog) -> Message:
@@ -269,10 +372,16 @@ def sse_event(event: str, data: Mapping[str, Any]) -> bytes:
     return f"event: {event}\ndata: {payload}\n\n".encode()
 
 
-async def relay_stream(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+async def relay_stream(
+    chunks: AsyncIterable[bytes], *, reader: StreamFailureReportReader | None = None
+) -> AsyncIterator[bytes]:
     """Yield `chunks` unchanged while reading the stream's terminal failure report; when the stream
-    ends (or the consumer stops), observe that report into the current request's log."""
-    reader = StreamFailureReportReader()
+    ends (or the consumer stops), observe that report into the current request's log.
+
+    Pass your own `reader` to know afterwards how the stream ended: `reader.terminal_seen` is whether
+    it had its terminal event, and `gym_failures.client.stream_failure(reader)` the failure to raise
+    when it was cut or failed."""
+    reader = StreamFailureReportReader() if reader is None else reader
     iterator = aiter(chunks)
     observed: FailureReport | None = None
     try:

@@ -253,6 +253,10 @@ class FailureClass(enum.Enum):
     EVALUATION = "evaluation"
     UNKNOWN = "unknown"
 
+    def __str__(self) -> str:
+        # Printed as its value ("model"), as a log line or an f-string wants it.
+        return str(self.value)
+
 
 _M = FailureClass.MODEL
 _E = FailureClass.EVALUATION

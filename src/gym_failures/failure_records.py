@@ -55,6 +55,10 @@ class FailureBoundary(enum.Enum):
     RESOURCES_SERVER = "resources_server"
     SANDBOX = "sandbox"
 
+    def __str__(self) -> str:
+        # Printed as its value ("agent"), as a log line or an f-string wants it.
+        return str(self.value)
+
 
 class SdkErrorDetails(BaseModel):
     """Diagnostics an adapter selected from a third-party SDK error before it raised its own failure.

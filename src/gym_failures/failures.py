@@ -16,7 +16,9 @@ one), gives B's event `cause_id = A.event_id`. Implicit context (`__context__`) 
 
 A failure rebuilt from a remote report (`rebuild_failure`) keeps the remote event as it was, with the
 remote report it came in; its cause is the remote event's own `cause_id`, whatever Python chain it is
-raised in.
+raised in. The remote chain is rebuilt as real exceptions too: `__cause__` links each rebuilt failure
+to its rebuilt cause (with `__suppress_context__` set, as `raise ... from` does), so tracebacks,
+`raise ... from` walkers and error trackers see the whole remote chain.
 
 A foreign exception (a third-party SDK error) never becomes an event by itself: an adapter selects
 `SdkErrorDetails` with `sdk_error_details` and raises its own Gym failure `from` it. `str()` of a
@@ -33,18 +35,26 @@ Decisions (see also docs/decisions.md):
 - An `http_status` that is not an int in 100-599 is dropped as no evidence (as in
   `sdk_error_details`): a peer's odd status must not turn the failure into a validation error.
 - Failures pickle with their whole explicit chain, so a process pool returns them intact.
+- `NgFailureEvent.http_status` is the event's own status when it has one (the evidence its producer
+  recorded, the spec'd `FailureEvent.http_status`, which `to_event()` keeps unchanged), else the
+  status of the failed (4xx/5xx) reply a caller rebuilt it from (`http_details.status`): a rebuilt
+  failure's `http_status` is never `None` when a failed reply carried it, and a provider's 429 under a
+  500 reply stays 429. A 200 whose stream broke off is not a failure's status.
 """
 
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from gym_failures.failure_kinds import (
     GATE_DERIVED_KINDS,
+    PROVIDER_QUOTA_EXHAUSTED,
     FailureStage,
+    quota_reset_unix,
     validate_failure_kind,
     wire_failure_kind,
 )
@@ -58,6 +68,7 @@ from gym_failures.failure_records import (
 from gym_failures.redaction import CUT_MARK, redact
 
 __all__ = [
+    "MAX_RETRY_AFTER_S",
     "AgentFailure",
     "CollectionFailure",
     "EnvironmentFailure",
@@ -74,6 +85,7 @@ __all__ = [
     "failure_type_for",
     "new_event_id",
     "rebuild_failure",
+    "retry_hint_s",
     "safe_text",
     "sdk_error_details",
 ]
@@ -208,6 +220,10 @@ class NgFailureEvent(Exception):
     http_details: HttpDetails | None = None
     """The HTTP exchange a caller observed this failure in (`gym_failures.client`), if any."""
 
+    retry_after_s: float | None = None
+    """An explicit hint: retrying before this many seconds is pointless (a reply carrying this failure
+    sends it as `Retry-After`, see `retry_hint_s`). Local to this process, never on the wire."""
+
     _event: FailureEvent
     _failure_kind: str
     _remote: FailureReport | None
@@ -227,6 +243,7 @@ class NgFailureEvent(Exception):
         foreign_error: SdkErrorDetails | None = None,
         exception_type: str | None = None,
         event_id: str | None = None,
+        retry_after_s: float | None = None,
     ) -> None:
         if failure_kind in GATE_DERIVED_KINDS:
             raise ValueError(f"{failure_kind!r} is derived by the acceptance gate; no producer raises it")
@@ -248,6 +265,8 @@ class NgFailureEvent(Exception):
             exception_type=None if exception_type is None else bounded_text(exception_type, _MAX_NAME),
         )
         super().__init__(self._event.failure_reason)
+        if retry_after_s is not None:
+            self.retry_after_s = _bounded_wait(retry_after_s)
 
     @classmethod
     def _boundary(cls, boundary: FailureBoundary | str | None) -> FailureBoundary:
@@ -285,7 +304,12 @@ class NgFailureEvent(Exception):
 
     @property
     def http_status(self) -> int | None:
-        return self._event.http_status
+        """The event's own status, else the status of the reply it was rebuilt from (see above)."""
+        own = self._event.http_status
+        if own is None and self.http_details is not None:
+            status = self.http_details.status
+            return status if status is not None and 400 <= status <= 599 else None
+        return own
 
     @property
     def operation(self) -> str | None:
@@ -370,6 +394,22 @@ class NgFailureEvent(Exception):
 
     @classmethod
     def _from_event(cls, event: FailureEvent, remote: FailureReport) -> NgFailureEvent:
+        failure = cls._bare(event, remote)
+        # The remote chain as real `__cause__` links; each cause carries its own chain as its report.
+        current, seen = failure, {event.event_id}
+        while (cause_id := current._event.cause_id) is not None and len(seen) < _MAX_CHAIN:
+            cause_event = remote.events.get(cause_id)
+            if cause_event is None or cause_id in seen:
+                break
+            seen.add(cause_id)
+            chain = _chain_from(remote, cause_id)
+            cause = failure_type_for(cause_event.boundary)._bare(cause_event, chain)
+            current.__cause__ = cause
+            current = cause
+        return failure
+
+    @classmethod
+    def _bare(cls, event: FailureEvent, remote: FailureReport) -> NgFailureEvent:
         failure = cls.__new__(cls)
         failure._event = event
         failure._failure_kind = event.failure_kind
@@ -412,6 +452,16 @@ def _without_dangling_causes(events: dict[str, FailureEvent]) -> dict[str, Failu
         )
         for event_id, event in events.items()
     }
+
+
+def _chain_from(report: FailureReport, event_id: str) -> FailureReport:
+    """The part of `report` that is `event_id` and its causes, as that event's own report."""
+    events: dict[str, FailureEvent] = {}
+    current: str | None = event_id
+    while current is not None and current in report.events and current not in events:
+        events[current] = report.events[current]
+        current = report.events[current].cause_id
+    return FailureReport.model_construct(events=events, failure_id=event_id, omitted=report.omitted)
 
 
 def _restore(
@@ -494,6 +544,45 @@ def rebuild_failure(report: FailureReport, event_id: str | None = None) -> NgFai
     if event is None:
         return None
     return failure_type_for(event.boundary)._from_event(event, report)
+
+
+MAX_RETRY_AFTER_S = 86400.0
+"""The longest wait a retry hint may ask for (a day); a longer one, or one that is not a finite
+number, is bounded here rather than trusted: a hint can come from a peer's header."""
+
+
+def _bounded_wait(seconds: float) -> float | None:
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds != seconds:
+        return None
+    return min(max(float(seconds), 0.0), MAX_RETRY_AFTER_S)
+
+
+def retry_hint_s(failure: BaseException | None, *, now: float | None = None) -> float | None:
+    """How long to wait before retrying `failure`, when it knows: the first hint met on its explicit
+    chain (the failure first, then its causes), each failure's hints in this order:
+
+    - an explicit hint (`NgFailureEvent.retry_after_s`);
+    - the `Retry-After` of the reply a caller rebuilt it from (`http_details.retry_after_s`), such
+      as a provider's own;
+    - a quota's reset time in a `provider_quota_exhausted` reason ("resets at ... UTC").
+
+    Bounded to 0-`MAX_RETRY_AFTER_S`; `None` when nothing on the chain knows.
+    """
+    current = explicit_gym_failure(failure)
+    for _ in range(_MAX_CHAIN):
+        if current is None:
+            return None
+        if current.retry_after_s is not None:
+            return current.retry_after_s
+        details = current.http_details
+        if details is not None and details.retry_after_s is not None:
+            return _bounded_wait(details.retry_after_s)
+        if current.failure_kind == PROVIDER_QUOTA_EXHAUSTED:
+            reset = quota_reset_unix(current.failure_reason)
+            if reset is not None:
+                return _bounded_wait(reset - (time.time() if now is None else now))
+        current = explicit_gym_cause(current)
+    return None
 
 
 def explicit_gym_failure(error: BaseException | None) -> NgFailureEvent | None:

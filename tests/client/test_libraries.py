@@ -42,5 +42,5 @@ def test_an_object_of_no_library_has_none(obj: object) -> None:
     ids=lambda obj: type(obj).__name__,
 )
 def test_what_is_not_a_reply_is_refused(obj: object) -> None:
-    with pytest.raises(TypeError, match="not an aiohttp or httpx response"):
+    with pytest.raises(TypeError, match="not an aiohttp, httpx or httpx2 response"):
         reply_library(obj)

@@ -21,11 +21,11 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gym_failures.client import DEFAULT_KIND_BY_BOUNDARY, raise_boundary_failure, raise_for_status
-from gym_failures.client._reply import MAX_RETRY_AFTER_S, retry_after_s
+from gym_failures.client._reply import retry_after_s
 from gym_failures.failure_kinds import FAILURE_KINDS, MODEL_SERVER_ERROR, PROVIDER_UNAVAILABLE
 from gym_failures.failure_records import FailureBoundary
 from gym_failures.failure_transport import RequestFailureLog
-from gym_failures.failures import ModelFailure, NgFailureEvent, SandboxFailure
+from gym_failures.failures import MAX_RETRY_AFTER_S, ModelFailure, NgFailureEvent, SandboxFailure
 from tests.client.servers import (
     BODY_SECRET,
     CAUSE_ID,
@@ -155,7 +155,7 @@ def test_every_boundary_has_a_registered_default_kind(boundary: FailureBoundary)
 
 
 async def test_raise_boundary_failure_refuses_what_is_not_a_response() -> None:
-    with pytest.raises(TypeError, match="not an aiohttp or httpx response"):
+    with pytest.raises(TypeError, match="not an aiohttp, httpx or httpx2 response"):
         await raise_boundary_failure(object())  # type: ignore[arg-type]
 
 

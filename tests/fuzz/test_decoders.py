@@ -15,10 +15,10 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gym_failures.client._reply import MAX_RETRY_AFTER_S, retry_after_s
+from gym_failures.client._reply import retry_after_s
 from gym_failures.failure_records import FailureReport
 from gym_failures.failure_transport import FailureHeader, FailureReportRow, StreamFailureReportReader
-from gym_failures.failures import ModelFailure
+from gym_failures.failures import MAX_RETRY_AFTER_S, ModelFailure
 from gym_failures.redaction import redact, request_secrets
 from gym_failures.reporting.explain import explain_row
 from gym_failures.rows import normalized, read_rows

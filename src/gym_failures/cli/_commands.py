@@ -34,6 +34,7 @@ from gym_failures.cli._render import (
     stderr,
     stdout,
 )
+from gym_failures.cli._serve import serve_app
 from gym_failures.failure_kinds import COLLECTION_RESUME_REFUSED
 from gym_failures.reporting.explain import line_row, rollout_rows
 from gym_failures.reporting.html import render_html
@@ -50,6 +51,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.add_typer(serve_app)  # `gym-failures serve model` (gym_failures.cli._serve)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 PathsArgument = Annotated[

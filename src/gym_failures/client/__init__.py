@@ -1,8 +1,8 @@
 """Caller side: rebuild the failure another Gym server replied with, map transport errors, retry model calls.
 
-Works with an aiohttp `ClientResponse` and an httpx `Response` (extras `gym-failures[aiohttp]`,
-`gym-failures[httpx]`). Importing this package imports neither library: each one's module here is
-imported on the first reply or error of that library the helpers see.
+Works with an aiohttp `ClientResponse`, an httpx `Response` and an httpx2 `Response` (extras
+`gym-failures[aiohttp]`, `gym-failures[httpx]`). Importing this package imports none of them: each
+one's module here is imported on the first reply or error of that library the helpers see.
 
 - `raise_boundary_failure(response, boundary=...)` observes the reply's report into the current request
   log (success or failure) and, on a non-2xx reply, raises the rebuilt remote failure (same event id,
@@ -15,6 +15,11 @@ imported on the first reply or error of that library the helpers see.
   working, carrying `.failure` and `.content`.
 - `map_transport_errors(boundary, ...)` turns connection, reset, timeout and DNS errors into Gym
   failures of the transport kinds, raised `from` the original exception.
+- `observe_attempts(http_client)` plugs into the official OpenAI and Anthropic SDKs (their
+  `http_client`): every attempt they make is observed; `sdk_failure(error)` turns an SDK exception
+  into the Gym failure it stands for; `observed_failure(stream)` is a stream's cut (see `_sdk`).
+- `stream_failure(reader)` is the failure a stream ended in: its failed terminal event's, or its cut
+  when it ended without a terminal event.
 - `retry_model_call(call, ...)` runs a model call with finite attempts and a total time budget,
   recording each failed attempt (`observe_failure`) and the terminal outcome (`observe_model_operation`).
 
@@ -30,6 +35,9 @@ Where things live::
     client/_libraries.py  what a library's module provides; which library an object comes from
     client/_aiohttp.py    aiohttp: reply facts, bounded body read, GymClientResponseError, its errors
     client/_httpx.py      httpx: reply facts, bounded body read, GymHTTPStatusError, its errors
+    client/_httpx2.py     httpx2 (the OpenAI and Anthropic SDKs' httpx), read as httpx is
+    client/_sdk.py        the official SDKs: observe_attempts, sdk_failure, observed_failure
+    client/_stream.py     stream_failure: a failed or cut stream as the failure to raise
 """
 
 from __future__ import annotations
@@ -39,25 +47,33 @@ from typing import TYPE_CHECKING
 
 from gym_failures.client._reply import DEFAULT_KIND_BY_BOUNDARY, raise_boundary_failure, raise_for_status
 from gym_failures.client._retry import retry_model_call
+from gym_failures.client._sdk import observe_attempts, observed_failure, sdk_failure
+from gym_failures.client._stream import stream_failure
 from gym_failures.client._transport import map_transport_errors
 
 if TYPE_CHECKING:
     from gym_failures.client._aiohttp import GymClientResponseError as GymClientResponseError
     from gym_failures.client._httpx import GymHTTPStatusError as GymHTTPStatusError
+    from gym_failures.client._httpx2 import GymHttpx2StatusError as GymHttpx2StatusError
 
 # The library error types are left out: each exists only with its extra installed, and `import *`
 # must not fail without it. They are reached by name, through `__getattr__`.
 __all__ = [
     "DEFAULT_KIND_BY_BOUNDARY",
     "map_transport_errors",
+    "observe_attempts",
+    "observed_failure",
     "raise_boundary_failure",
     "raise_for_status",
     "retry_model_call",
+    "sdk_failure",
+    "stream_failure",
 ]
 
 _LAZY = {
     "GymClientResponseError": "gym_failures.client._aiohttp",
     "GymHTTPStatusError": "gym_failures.client._httpx",
+    "GymHttpx2StatusError": "gym_failures.client._httpx2",
 }
 
 

@@ -1,6 +1,11 @@
-"""httpx's replies and errors, imported on the first httpx object the client helpers see."""
+"""httpx's replies and errors, imported on the first httpx object the client helpers see; `library_for`
+reads httpx2 the same way (`_httpx2`)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import httpx
 
@@ -8,7 +13,7 @@ from gym_failures.client._libraries import HttpLibrary, Reply, TransportRule
 from gym_failures.failure_kinds import TRANSPORT_PEER_DROP, TRANSPORT_TIMEOUT, TRANSPORT_UNREACHABLE
 from gym_failures.failures import NgFailureEvent
 
-__all__ = ["LIBRARY", "GymHTTPStatusError"]
+__all__ = ["LIBRARY", "TRANSPORT_ERRORS", "GymHTTPStatusError", "library_for"]
 
 
 class GymHTTPStatusError(httpx.HTTPStatusError):
@@ -29,42 +34,49 @@ class GymHTTPStatusError(httpx.HTTPStatusError):
         self.content = content
 
 
-def _reply(response: httpx.Response) -> Reply:
-    request = response.request
-    return Reply(response.status_code, response.headers, request.method, str(request.url))
+def library_for(
+    module: ModuleType, status_error: Callable[[Any, NgFailureEvent, bytes], Exception]
+) -> HttpLibrary:
+    """The `HttpLibrary` of an httpx-shaped `module` (httpx, or httpx2, which the official OpenAI and
+    Anthropic SDKs are built on: the same API under another name)."""
+
+    def reply(response: Any) -> Reply:
+        request = response.request
+        return Reply(response.status_code, response.headers, request.method, str(request.url))
+
+    async def read_body(response: Any, limit: int) -> bytes:
+        try:
+            return bytes(response.content[:limit])
+        except module.ResponseNotRead:
+            pass  # a streamed reply: read it here, bounded
+        length = response.headers.get("content-length", "")
+        if length.isascii() and length.isdigit() and int(length) <= limit:
+            return bytes(await response.aread())
+        chunks = bytearray()
+        async for chunk in response.aiter_bytes():
+            chunks += chunk
+            if len(chunks) > limit:
+                await response.aclose()
+                return bytes(chunks[:limit])
+        response._content = bytes(chunks)  # the whole body: keep it readable, as `aread()` does
+        return bytes(chunks)
+
+    transport_errors = (
+        TransportRule((module.ConnectTimeout, module.PoolTimeout), TRANSPORT_TIMEOUT, "not_sent"),
+        TransportRule(module.TimeoutException, TRANSPORT_TIMEOUT, "unknown"),
+        TransportRule(module.ConnectError, TRANSPORT_UNREACHABLE, "not_sent"),
+        TransportRule(
+            (module.RemoteProtocolError, module.ReadError, module.WriteError), TRANSPORT_PEER_DROP, "unknown"
+        ),
+    )
+    return HttpLibrary(
+        response_type=module.Response,
+        reply=reply,
+        read_body=read_body,
+        status_error=status_error,
+        transport_errors=transport_errors,
+    )
 
 
-async def _read_body(response: httpx.Response, limit: int) -> bytes:
-    try:
-        return bytes(response.content[:limit])
-    except httpx.ResponseNotRead:
-        pass  # a streamed reply: read it here, bounded
-    length = response.headers.get("content-length", "")
-    if length.isascii() and length.isdigit() and int(length) <= limit:
-        return bytes(await response.aread())
-    chunks = bytearray()
-    async for chunk in response.aiter_bytes():
-        chunks += chunk
-        if len(chunks) > limit:
-            await response.aclose()
-            return bytes(chunks[:limit])
-    response._content = bytes(chunks)  # the whole body: keep it readable, as `aread()` does
-    return bytes(chunks)
-
-
-TRANSPORT_ERRORS = (
-    TransportRule((httpx.ConnectTimeout, httpx.PoolTimeout), TRANSPORT_TIMEOUT, "not_sent"),
-    TransportRule(httpx.TimeoutException, TRANSPORT_TIMEOUT, "unknown"),
-    TransportRule(httpx.ConnectError, TRANSPORT_UNREACHABLE, "not_sent"),
-    TransportRule(
-        (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError), TRANSPORT_PEER_DROP, "unknown"
-    ),
-)
-
-LIBRARY = HttpLibrary(
-    response_type=httpx.Response,
-    reply=_reply,
-    read_body=_read_body,
-    status_error=GymHTTPStatusError,
-    transport_errors=TRANSPORT_ERRORS,
-)
+LIBRARY = library_for(httpx, GymHTTPStatusError)
+TRANSPORT_ERRORS = LIBRARY.transport_errors

@@ -1,6 +1,6 @@
 """What each HTTP library's module provides, and which library an object comes from.
 
-An object of aiohttp or httpx can exist only once its library is imported, so an object's own classes
+An object of aiohttp, httpx or httpx2 can exist only once its library is imported, so an object's own classes
 tell its library without importing anything; the library's module here (`_aiohttp`, `_httpx`) is
 imported on the first such object, and a caller that uses one library never pays for the other.
 """
@@ -56,7 +56,12 @@ class HttpLibrary:
     """The library's transport errors, most specific first: the first row that matches wins."""
 
 
-_MODULE_BY_LIBRARY = {"aiohttp": "gym_failures.client._aiohttp", "httpx": "gym_failures.client._httpx"}
+_MODULE_BY_LIBRARY = {
+    "aiohttp": "gym_failures.client._aiohttp",
+    "httpx": "gym_failures.client._httpx",
+    # A separate package with httpx's API, which current OpenAI and Anthropic SDKs are built on.
+    "httpx2": "gym_failures.client._httpx2",
+}
 
 
 def library_of(obj: object) -> HttpLibrary | None:
@@ -79,8 +84,8 @@ def _loaded(module: str) -> HttpLibrary:
 
 
 def reply_library(response: object) -> HttpLibrary:
-    """The library of `response`, which must be an aiohttp `ClientResponse` or an httpx `Response`."""
+    """The library of `response`: an aiohttp `ClientResponse`, an httpx or an httpx2 `Response`."""
     library = library_of(response)
     if library is None or not isinstance(response, library.response_type):
-        raise TypeError(f"not an aiohttp or httpx response: {type(response).__name__}")
+        raise TypeError(f"not an aiohttp, httpx or httpx2 response: {type(response).__name__}")
     return library

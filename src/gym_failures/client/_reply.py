@@ -24,7 +24,13 @@ from gym_failures.failure_kinds import (
 )
 from gym_failures.failure_records import FailureBoundary, FailureReport
 from gym_failures.failure_transport import FailureHeader, observe_report
-from gym_failures.failures import HttpDetails, NgFailureEvent, failure_type_for, rebuild_failure
+from gym_failures.failures import (
+    MAX_RETRY_AFTER_S,
+    HttpDetails,
+    NgFailureEvent,
+    failure_type_for,
+    rebuild_failure,
+)
 from gym_failures.redaction import redact, url_without_secrets
 from gym_failures.telemetry import record_remote_failure
 
@@ -40,6 +46,8 @@ __all__ = [
     "MAX_EXCERPT",
     "raise_boundary_failure",
     "raise_for_status",
+    "remote_failure",
+    "reply_failure",
     "retry_after_s",
 ]
 
@@ -59,21 +67,17 @@ DEFAULT_KIND_BY_BOUNDARY: Mapping[FailureBoundary, str] = {
 by the boundary called. `model_request_error` is HTTP-shaped: classification refines it by status."""
 
 
-# A quota can reset in a day; no wait a client honours is longer than a week. A larger value (a
-# hostile or broken peer's 400-digit number, a date in the year 10**20) is read as this bound.
-MAX_RETRY_AFTER_S = 7 * 24 * 3600.0
-
-
 def retry_after_s(headers: Mapping[str, str]) -> float | None:
-    """The wait a `Retry-After` header asks for, in seconds (delta-seconds or an HTTP date), at most
-    `MAX_RETRY_AFTER_S`; `None` without a readable one."""
+    """The wait a `Retry-After` header asks for, in seconds (delta-seconds or an HTTP date), bounded to
+    0-`MAX_RETRY_AFTER_S`: a peer's number is not trusted to fit a float or a sleep."""
     value = headers.get("Retry-After")
     if value is None:
         return None
     value = value.strip()
     if value.isascii() and value.isdigit():  # "²".isdigit() is true too
         digits = value.lstrip("0") or "0"
-        # Any number of 10 digits or more is past the bound: never convert a peer's long digit string.
+        # Past the bound at 10 digits: never convert a peer's long digit string (a 400-digit number,
+        # a date in the year 10**20 below, is a hostile or broken peer's, read as the bound).
         return min(float(digits), MAX_RETRY_AFTER_S) if len(digits) < 10 else MAX_RETRY_AFTER_S
     try:
         when = parsedate_to_datetime(value)
@@ -118,25 +122,59 @@ async def _failure_for(
         retry_after_s=retry_after_s(headers),
         delivery="answered",
     )
-    failure = rebuild_failure(report) if report is not None else None
+    failure = reply_failure(
+        report,
+        details,
+        boundary=boundary,
+        failure_kind=failure_kind,
+        stage=stage,
+        operation=operation,
+        operation_id=operation_id,
+        attempt_id=attempt_id,
+    )
+    return failure, content
+
+
+def remote_failure(report: FailureReport | None) -> NgFailureEvent | None:
+    """The remote failure `report` names, rebuilt; `None` without one. The one place the client
+    helpers rebuild a remote failure, from a reply's header or a stream's terminal event."""
+    failure = None if report is None else rebuild_failure(report)
     if failure is not None and report is not None:
         record_remote_failure(report)
+    return failure
+
+
+def reply_failure(
+    report: FailureReport | None,
+    details: HttpDetails,
+    *,
+    boundary: FailureBoundary | str,
+    failure_kind: str | None = None,
+    stage: FailureStage | None = None,
+    operation: str | None = None,
+    operation_id: str | None = None,
+    attempt_id: str | None = None,
+) -> NgFailureEvent:
+    """The failure a failed reply names: rebuilt from its `report`, or else built from the caller's
+    own evidence as the class of `boundary`; the HTTP exchange (`details`) kept in `http_details`."""
+    failure = remote_failure(report)
     if failure is None:
         called = FailureBoundary(boundary)
+        status = details.status
         # The class of the boundary called, as `rebuild_failure` picks it, so `except ModelFailure`
         # catches a model server's failure whether or not its reply had a report.
         failure = failure_type_for(called)(
             boundary=called,
             failure_kind=failure_kind or DEFAULT_KIND_BY_BOUNDARY[called],
-            failure_reason=f"{method} {safe_url} answered {status} without a failure report",
-            http_status=status if 100 <= status <= 599 else None,
+            failure_reason=f"{details.method} {details.url} answered {status} without a failure report",
+            http_status=status if status is not None and 100 <= status <= 599 else None,
             stage=stage,
             operation=operation,
             operation_id=operation_id,
             attempt_id=attempt_id,
         )
     failure.http_details = details
-    return failure, content
+    return failure
 
 
 async def raise_boundary_failure(

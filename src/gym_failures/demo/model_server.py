@@ -1,4 +1,9 @@
-"""The demo's model server: an OpenAI Responses-compatible `POST /v1/responses` with a scripted policy.
+"""The demo's model server: the fault-injecting model endpoint with a scripted policy and judge.
+
+It is `gym_failures.model_endpoint.ModelEndpoint` (so it serves `/v1/responses`, `/v1/chat/completions`
+and `/v1/messages`, and injects faults the same way as `gym-failures serve model`) with the demo's
+scripted answers (`respond`), its seeded per-try fault draws (`choose_fault`), its fault log
+(`on_fault`) and its run-token guard. The demo's agent calls `/v1/responses`.
 
 Run by the launcher as `python -m gym_failures.demo.model_server --config ... --fd ... --parent-pid ...`.
 
@@ -21,38 +26,26 @@ Every request must carry the run's token (`gym_failures.demo._serve.DemoGuard`).
 
 Faults (see `gym_failures.demo._plan`) are injected only into requests that carry the demo's identity
 headers, and each one is recorded in `<run_dir>/model.injected.jsonl`. Failures this server produces
-carry the stage of the caller's role: `agent` for the policy, `verification` for the judge.
+carry the stage of the caller's role: `agent` for the policy, `verification` for the judge. The
+demo's plan names map onto the endpoint's faults (`_ENDPOINT_FAULT`); a rate-limited try sends
+`Retry-After: 0`, because the demo's quota is a draw per try, which the next try draws again.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import itertools
 import json
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
-from gym_failures.asgi import FailureReportMiddleware, sse_event
 from gym_failures.demo._plan import FaultRecorder, draw
-from gym_failures.demo._responses import (
-    function_call_item,
-    input_items,
-    message_item,
-    message_text,
-    new_id,
-    response_object,
-)
+from gym_failures.demo._responses import function_call_item, message_item, message_text, new_id
 from gym_failures.demo._serve import (
     ATTEMPT_HEADER,
     CALL_HEADER,
@@ -61,17 +54,18 @@ from gym_failures.demo._serve import (
     TRY_HEADER,
     DemoConfig,
     DemoGuard,
-    health,
     main,
 )
-from gym_failures.failure_kinds import (
-    INVALID_REQUEST_PARAMETER,
-    MODEL_SERVER_ERROR,
-    PROVIDER_QUOTA_EXHAUSTED,
-    FailureStage,
-)
+from gym_failures.failure_kinds import FailureStage
 from gym_failures.failures import ModelFailure
-from gym_failures.reply import reply_headers, stream_failure_field
+from gym_failures.model_endpoint import (
+    Fault,
+    ModelCall,
+    ModelEndpoint,
+    ModelEndpointPlan,
+    ToolCall,
+    Turn,
+)
 
 __all__ = ["create_app", "scripted_judge", "scripted_policy"]
 
@@ -154,279 +148,122 @@ def scripted_judge(prompt: str) -> str:
     return "VERDICT: CORRECT" if same else "VERDICT: INCORRECT"
 
 
-# --- Replies -------------------------------------------------------------------------------------
-
-
-class _RawReply(Response):
-    """A reply sent chunk by chunk that may stop early: with `complete=False` the body is never
-    finished, so uvicorn closes the connection mid-reply (a dropped connection, for real)."""
-
-    def __init__(self, chunks: list[bytes], *, media_type: str, complete: bool, length: int | None) -> None:
-        super().__init__(media_type=media_type)
-        self.chunks = chunks
-        self.complete = complete
-        self.length = length
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [(b"content-type", (self.media_type or "").encode()), (b"cache-control", b"no-cache")]
-        if self.length is not None:
-            headers.append((b"content-length", str(self.length).encode()))
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        for chunk in self.chunks:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        if self.complete:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-def _failure_reply(failure: ModelFailure, status: int, error_type: str, **headers: str) -> Response:
-    """A failure reply with a status of its own (the middleware's is always 500), carrying the report
-    in its header as the middleware would: a 429 must stay a 429 for clients to back off."""
-    report_headers = reply_headers(failure)
-    body = {"error": {"message": failure.failure_reason, "type": error_type, "code": error_type}}
-    return JSONResponse(body, status_code=status, headers={**report_headers, **headers})
-
-
-def _quota_reset() -> str:
-    """The next minute boundary, as a per-minute quota names its reset."""
-    reset = (datetime.now(UTC) + timedelta(minutes=1)).replace(second=0, microsecond=0)
-    return reset.strftime("%Y-%m-%d %H:%M")
-
-
-def _stream_chunks(final: dict[str, Any]) -> list[bytes]:
-    """The events of a Responses stream that ends in `final`, the terminal event excluded; event `i`
-    has sequence number `i`, so the terminal event's is the number of events before it."""
-    sequence = itertools.count()
-
-    def event(kind: str, **data: Any) -> bytes:
-        return sse_event(kind, {"type": kind, "sequence_number": next(sequence), **data})
-
-    started = {**final, "status": "in_progress", "output": [], "incomplete_details": None, "usage": None}
-    chunks = [event("response.created", response=started), event("response.in_progress", response=started)]
-    for index, item in enumerate(final["output"]):
-        if item["type"] == "message":
-            part = item["content"][0]
-            where = {"item_id": item["id"], "output_index": index, "content_index": 0}
-            chunks.append(
-                event("response.output_item.added", output_index=index, item={**item, "content": []})
-            )
-            chunks.append(event("response.content_part.added", **where, part={**part, "text": ""}))
-            for piece in re.findall(r"\S+\s*|\s+", part["text"]):
-                chunks.append(event("response.output_text.delta", **where, delta=piece))
-            chunks.append(event("response.output_text.done", **where, text=part["text"]))
-            chunks.append(event("response.content_part.done", **where, part=part))
-        else:
-            where = {"item_id": item["id"], "output_index": index}
-            chunks.append(
-                event("response.output_item.added", output_index=index, item={**item, "arguments": ""})
-            )
-            chunks.append(event("response.function_call_arguments.delta", **where, delta=item["arguments"]))
-            chunks.append(
-                event("response.function_call_arguments.done", **where, arguments=item["arguments"])
-            )
-        chunks.append(event("response.output_item.done", output_index=index, item=item))
-    return chunks
-
-
-def _terminal(kind: str, response: dict[str, Any], sequence_number: int, error: ModelFailure | None) -> bytes:
-    data = {"type": kind, "sequence_number": sequence_number, "response": response}
-    return sse_event(kind, {**data, **stream_failure_field(error)})
-
-
 # --- The server ----------------------------------------------------------------------------------
+
+_ENDPOINT_FAULT = {
+    "rate_limit": "quota_429",
+    "server_error": "server_500",
+    "dropped_connection": "drop_connection",
+    "stream_cut": "cut_stream",
+    "slow_response": "slow",
+    "empty_answer": "empty",
+    "truncated_answer": "truncated",
+}
+"""The endpoint's fault for each model fault of the demo's plan (a server error mid-stream is
+`stream_failed`)."""
+_DEMO_FAULT = {
+    **{endpoint: demo for demo, endpoint in _ENDPOINT_FAULT.items()},
+    "stream_failed": "server_error",
+}
 
 
 @dataclass(frozen=True)
-class _ModelCall:
-    """One `/v1/responses` call as the server reads it: who asks, the demo's identity headers that
-    key its fault draws (empty or 0 without them), and what of the request the reply depends on."""
+class _Identity:
+    """Who makes a call, from the demo's identity headers (empty or 0 without them)."""
 
     judge: bool
-    stage: FailureStage
     rollout_id: str
     attempt: int
     call: str
     try_number: int
-    stream: bool
-    model: str
-    items: list[dict[str, Any]]
-    tools: bool
-    max_output_tokens: int | None
 
-
-async def _read_call(request: Request) -> _ModelCall | Response:
-    """The call `request` makes, or the 400 reply to a body that is not a Responses request."""
-    judge = request.headers.get(ROLE_HEADER, "policy") == "judge"
-    stage: FailureStage = "verification" if judge else "agent"
-    try:
-        body = await request.json()
-    except ValueError:
-        body = None
-    if not isinstance(body, dict) or "input" not in body:
-        failure = ModelFailure(
-            failure_kind=INVALID_REQUEST_PARAMETER,
-            failure_reason="the request body is not a Responses request with an `input`",
-            http_status=400,
-            stage=stage,
+    @classmethod
+    def of(cls, call: ModelCall) -> _Identity:
+        headers = call.headers
+        return cls(
+            judge=headers.get(ROLE_HEADER, "policy") == "judge",
+            rollout_id=headers.get(ROLLOUT_HEADER, ""),
+            attempt=_int(headers.get(ATTEMPT_HEADER)),
+            call=headers.get(CALL_HEADER, ""),
+            try_number=_int(headers.get(TRY_HEADER)),
         )
-        return _failure_reply(failure, 400, "invalid_request_error")
-    return _ModelCall(
-        judge=judge,
-        stage=stage,
-        rollout_id=request.headers.get(ROLLOUT_HEADER, ""),
-        attempt=_int(request.headers.get(ATTEMPT_HEADER)),
-        call=request.headers.get(CALL_HEADER, ""),
-        try_number=_int(request.headers.get(TRY_HEADER)),
-        stream=body.get("stream") is True and not judge,
-        model=str(body.get("model") or "demo"),
-        items=input_items(body.get("input")),
-        tools=bool(body.get("tools")),
-        max_output_tokens=_int(body.get("max_output_tokens")) or None,
-    )
 
 
-class _ModelServer:
+class _DemoModel:
+    """The demo's answers, fault draws and fault log, as the endpoint's hooks."""
+
     def __init__(self, config: DemoConfig, recorder: FaultRecorder) -> None:
         self.config = config
         self.plan = config.plan
         self.recorder = recorder
 
-    async def responses(self, request: Request) -> Response:
-        call = await _read_call(request)
-        if isinstance(call, Response):
-            return call
-        fault = self._draw_fault(call)
-        if fault == "rate_limit":
-            return self._rate_limited(call)
-        if fault == "server_error" and not call.stream:
-            failure = ModelFailure(
-                failure_kind=MODEL_SERVER_ERROR,
-                failure_reason="the inference worker crashed while generating",
-                http_status=500,
-                stage=call.stage,
-            )
-            self._record(call, "model.server_error", failure)
-            raise failure  # the middleware replies 500 with the report, as for any crash
-        output = self._output(call, fault)
-        status, reason = "completed", None
-        if fault == "slow_response":
-            self._record(call, "model.slow_response")
-            if await _gone_within(request, self.plan.limits.slow_response_s):
-                # The agent gave up first, as planned. Nobody reads a reply now; stopping here keeps
-                # a sleeping request from holding up the server's shutdown.
-                return Response(status_code=499)
-        elif fault == "empty_answer":
-            self._record(call, "model.empty_answer")
-            output = [message_item("")]
-        elif fault == "truncated_answer":
-            self._record(call, "model.truncated_answer")
-            words = (message_text(output[0]) if output[0]["type"] == "message" else "").split()
-            output = [message_item(" ".join(words[:4]) or "Let me think about", status="incomplete")]
-            status, reason = "incomplete", "max_output_tokens"
-        final = response_object(
-            model=call.model,
-            output=output,
-            status=status,
-            incomplete_reason=reason,
-            max_output_tokens=call.max_output_tokens,
-            input_tokens=sum(len(message_text(item).split()) for item in call.items),
-        )
-        return self._streamed(call, final, fault) if call.stream else self._plain(call, final, fault)
+    def stage(self, call: ModelCall) -> FailureStage:
+        return "verification" if _Identity.of(call).judge else "agent"
 
-    def _draw_fault(self, call: _ModelCall) -> str | None:
+    def choose_fault(self, call: ModelCall) -> Fault | None:
         """The model fault this call gets; only a call with the demo's identity headers gets one."""
-        if not call.rollout_id:
+        who = _Identity.of(call)
+        if not who.rollout_id:
             return None
-        u = draw(self.config.seed, "model", call.rollout_id, call.attempt, call.call, call.try_number)
-        allowed = _JUDGE_FAULTS if call.judge else None if call.stream else _PLAIN_FAULTS
-        return self.plan.model.pick(u, allowed)
+        u = draw(self.config.seed, "model", who.rollout_id, who.attempt, who.call, who.try_number)
+        allowed = _JUDGE_FAULTS if who.judge else None if call.stream else _PLAIN_FAULTS
+        name = self.plan.model.pick(u, allowed)
+        if name is None:
+            return None
+        endpoint = "stream_failed" if name == "server_error" and call.stream else _ENDPOINT_FAULT[name]
+        return Fault(endpoint, retry_after_s=0.0, delay_s=self.plan.limits.slow_response_s)
 
-    def _record(self, call: _ModelCall, name: str, failure: ModelFailure | None = None) -> None:
+    def on_fault(self, call: ModelCall, fault: Fault, failure: ModelFailure | None) -> None:
+        who = _Identity.of(call)
         event = {} if failure is None else {"event_id": failure.event_id}
-        facts = {"call": call.call, "try": call.try_number, "stream": call.stream}
-        self.recorder.record(name, call.rollout_id, call.attempt, **event, **facts)
-
-    def _rate_limited(self, call: _ModelCall) -> Response:
-        failure = ModelFailure(
-            failure_kind=PROVIDER_QUOTA_EXHAUSTED,
-            failure_reason=(
-                f"requests-per-minute quota of {call.model} exhausted; resets at {_quota_reset()} UTC"
-            ),
-            http_status=429,
-            stage=call.stage,
+        facts = {"call": who.call, "try": who.try_number, "stream": call.stream}
+        self.recorder.record(
+            f"model.{_DEMO_FAULT[fault.name]}", who.rollout_id, who.attempt, **event, **facts
         )
-        self._record(call, "model.rate_limit", failure)
-        return _failure_reply(failure, 429, "rate_limit_exceeded")
 
-    def _output(self, call: _ModelCall, fault: str | None) -> list[dict[str, Any]]:
-        """The output items of the judge's verdict or the policy's turn, before any answer fault."""
-        if not call.judge:
-            return scripted_policy(
-                call.items,
+    def respond(self, call: ModelCall, fault: Fault | None) -> Turn:
+        """The judge's verdict or the policy's turn, before any answer fault."""
+        who = _Identity.of(call)
+        items = _input_items(call.body.get("input"))
+        if not who.judge:
+            output = scripted_policy(
+                items,
                 seed=self.config.seed,
-                rollout_id=call.rollout_id or new_id("anonymous"),
-                attempt=call.attempt,
+                rollout_id=who.rollout_id or new_id("anonymous"),
+                attempt=who.attempt,
                 tools=call.tools,
             )
-        text = scripted_judge("\n".join(message_text(item) for item in call.items))
+            return _turn(output)
+        text = scripted_judge("\n".join(message.text for message in call.messages))
         # Only into a reply that is delivered: an unparseable verdict lost with its connection
         # would be a fault nobody saw.
         if (
             fault is None
-            and call.rollout_id
-            and draw(self.config.seed, "judge", call.rollout_id, call.attempt, call.call, call.try_number)
+            and who.rollout_id
+            and draw(self.config.seed, "judge", who.rollout_id, who.attempt, who.call, who.try_number)
             < self.plan.resources_server.judge_unparseable
         ):
-            self._record(call, "resources_server.judge_unparseable")
+            facts = {"call": who.call, "try": who.try_number, "stream": call.stream}
+            self.recorder.record("resources_server.judge_unparseable", who.rollout_id, who.attempt, **facts)
             text = "The candidate's reasoning looks plausible, though I would not swear to it."
-        return [message_item(text)]
-
-    def _plain(self, call: _ModelCall, final: dict[str, Any], fault: str | None) -> Response:
-        if fault != "dropped_connection":
-            return JSONResponse(final)
-        self._record(call, "model.dropped_connection")
-        data = json.dumps(final).encode()
-        return _RawReply(
-            [data[: len(data) // 2]], media_type="application/json", complete=False, length=len(data)
-        )
-
-    def _streamed(self, call: _ModelCall, final: dict[str, Any], fault: str | None) -> Response:
-        chunks = _stream_chunks(final)
-        if fault in ("server_error", "dropped_connection", "stream_cut"):
-            # Break off in the middle of the output, after the stream has visibly started.
-            chunks = chunks[: max(3, len(chunks) // 2)]
-        if fault == "server_error":
-            failure = ModelFailure(
-                failure_kind=MODEL_SERVER_ERROR,
-                failure_reason="the inference worker crashed in the middle of a streamed response",
-                stage=call.stage,
-            )
-            self._record(call, "model.server_error", failure)
-            failed = {
-                **final,
-                "status": "failed",
-                "output": [],
-                "error": {"code": "server_error", "message": failure.failure_reason},
-            }
-            chunks.append(_terminal("response.failed", failed, len(chunks), failure))
-        elif fault in ("dropped_connection", "stream_cut"):
-            self._record(call, f"model.{fault}")
-        else:
-            kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
-            chunks.append(_terminal(kind, final, len(chunks), None))
-        return _RawReply(
-            chunks, media_type="text/event-stream", complete=fault != "dropped_connection", length=None
-        )
+        return Turn(text=text)
 
 
-async def _gone_within(request: Request, seconds: float) -> bool:
-    """Wait `seconds`; `True` as soon as the client disconnects."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    while (remaining := deadline - loop.time()) > 0:
-        if await request.is_disconnected():
-            return True
-        await asyncio.sleep(min(0.05, remaining))
-    return False
+def _input_items(value: object) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _turn(output: Sequence[dict[str, Any]]) -> Turn:
+    """The scripted policy's Responses items as the endpoint's turn."""
+    text = "".join(message_text({"content": item["content"]}) for item in output if item["type"] == "message")
+    tools = tuple(
+        ToolCall(item["name"], item["arguments"], item["call_id"])
+        for item in output
+        if item["type"] == "function_call"
+    )
+    return Turn(text=text, tool_calls=tools)
 
 
 def _int(value: object) -> int:
@@ -441,7 +278,7 @@ def _int(value: object) -> int:
 def create_app(config: DemoConfig, token: str) -> ASGIApp:
     """The model server's ASGI app; every request must carry the run's `token` (`DemoGuard`)."""
     recorder = FaultRecorder(config.run_dir, "model")
-    server = _ModelServer(config, recorder)
+    demo = _DemoModel(config, recorder)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -450,18 +287,14 @@ def create_app(config: DemoConfig, token: str) -> ASGIApp:
         finally:
             recorder.close()
 
-    return Starlette(
-        routes=[
-            Route("/v1/responses", server.responses, methods=["POST"]),
-            Route("/health", health, methods=["GET"]),
-        ],
-        middleware=[
-            Middleware(DemoGuard, token=token),
-            # An unexpected exception here is the model server's own 5xx.
-            Middleware(FailureReportMiddleware, boundary="model", default_failure_kind=MODEL_SERVER_ERROR),
-        ],
-        lifespan=lifespan,
+    endpoint = ModelEndpoint(
+        plan=ModelEndpointPlan(),
+        respond=demo.respond,
+        choose_fault=demo.choose_fault,
+        on_fault=demo.on_fault,
+        stage=demo.stage,
     )
+    return endpoint.app(middleware=[Middleware(DemoGuard, token=token)], lifespan=lifespan)
 
 
 if __name__ == "__main__":
