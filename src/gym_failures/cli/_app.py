@@ -127,7 +127,7 @@ def add_command(
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every command (see `gym_failures.cli._commands`)."""
-    from gym_failures.cli import _commands
+    from gym_failures.cli._commands import COMMANDS
 
     parser = _Parser(
         prog="gym-failures",
@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
-    for add in _commands.COMMANDS:
+    for add in COMMANDS:
         add(commands)
     return parser
 
@@ -158,10 +158,10 @@ def _version() -> str:
 def _missing_extra(error: ModuleNotFoundError, command: str, extra: str | None) -> str | None:
     """The one line for a command whose optional dependency is missing, or None for any other module
     (a bug, or a broken install, which keeps its traceback)."""
-    from gym_failures.cli import _commands
+    from gym_failures.cli._commands import EXTRA_MODULES
 
     module = (error.name or "").partition(".")[0]
-    if extra is None or module not in _commands.EXTRA_MODULES:
+    if extra is None or module not in EXTRA_MODULES:
         return None
     return (
         f"{command} needs the {extra} extra ({module} is not installed): pip install 'gym-failures[{extra}]'"
@@ -174,7 +174,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "gym-failures"
     arguments: argparse.Namespace | None = None
     try:
-        arguments = parser.parse_args(argv)
+        arguments, unknown = parser.parse_known_args(argv)
+        if unknown:
+            # argparse reports these from the top parser; name the command they were given to.
+            name = getattr(arguments, "command_name", None)
+            where = f"gym-failures {name}" if name else "gym-failures"
+            hint = " ".join(part for part in (program(), name, "--help") if part)
+            raise CommandError(f"unrecognized arguments: {' '.join(unknown)} (see `{hint}`)", command=where)
         if arguments.version:
             print(f"gym-failures {_version()}")
             return EXIT_OK
