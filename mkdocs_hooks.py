@@ -29,7 +29,8 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
             declared = _DECLARATION.match(lines[index + 1])
             if declared is not None:
                 output.extend([f'<a id="{declared.group(1).replace(".", "-")}"></a>', ""])
-            end = next((j for j in range(index + 1, len(lines)) if lines[j].startswith(_FENCE)), len(lines) - 1)
+            closing = (j for j in range(index + 1, len(lines)) if lines[j].startswith(_FENCE))
+            end = next(closing, len(lines) - 1)
             output.extend(lines[index : end + 1])
             index = end + 1
             continue

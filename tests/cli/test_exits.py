@@ -6,7 +6,6 @@ import contextlib
 import http.server
 import io
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -172,7 +171,7 @@ def test_help_lists_the_exit_statuses() -> None:
 
 
 def test_the_gate_defaults_shown_in_help_are_the_gates() -> None:
-    assert GATE_DEFAULTS == GateThresholds().model_dump()
+    assert GateThresholds().model_dump() == GATE_DEFAULTS
 
 
 # --- collect -----------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ invalid); the explanation says so, and a chain that ends in such a report may ha
 A kind this version does not register is shown as saved (`unregistered:<kind>`).
 
 Rows are found by line (`line_row`: 1-based, counting every line of the file, blank and invalid ones
-included, as editors, `grep -n` and `sed -n '<N>p'` number them) or by rollout (`rollout_rows`). A rollout row has a
+included, as editors and `grep -n` count them) or by rollout (`rollout_rows`). A rollout row has a
 `result` (a success) or a `failure`; a row with neither (a record a tool wrote beside the rollouts, such
 as the demo's injected faults) is no outcome of any rollout: `rollout_rows` skips it, as the gate does,
 and `line_row` says what it is (`outcome` `"other"`) rather than calling it a success.
