@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
-import shutil
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -85,6 +83,8 @@ def program() -> str:
     """How to run this command line again, as it was run: `gym-failures` when that name on PATH is
     this program, else its path (`.venv/bin/gym-failures` after `make demo`), else
     `python -m gym_failures.cli`."""
+    import shutil  # 10 ms of start-up: only a hint or an error needs it
+
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "gym-failures"
     name = Path(argv0).name
     if name in ("__main__.py", "-c") or not Path(argv0).exists():
@@ -101,6 +101,8 @@ def program() -> str:
 
 def shell_path(path: Path) -> str:
     """`path` as a shell word to paste: relative to the working directory when under it, quoted."""
+    import shlex
+
     try:
         relative = os.path.relpath(path)
     except ValueError:  # another drive (Windows)
