@@ -300,3 +300,19 @@ def test_gate_json_loads_no_rich_or_duckdb(demo_like_run: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert loaded.stdout == "[]\n"
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(demo_like_run: Path) -> None:
+    """`gym-failures summarize RUN | head -1` with the reader gone before the first write."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "gym_failures.cli", "summarize", str(demo_like_run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    ) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        process.stdout.close()
+        stderr = process.stderr.read()
+        assert process.wait(timeout=60) == 141
+    assert stderr == b""

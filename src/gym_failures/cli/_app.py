@@ -14,6 +14,7 @@ traceback or a validation dump.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import textwrap
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 __all__ = [
+    "EXIT_BROKEN_PIPE",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
@@ -43,6 +45,8 @@ EXIT_USAGE = 2
 """Nothing was done: a bad option, a missing or unreadable path, input without rows, a missing extra."""
 EXIT_INTERRUPTED = 130
 """Interrupted (Ctrl-C), as shells report SIGINT."""
+EXIT_BROKEN_PIPE = 141
+"""The output's reader closed the pipe (`| head`), as shells report SIGPIPE; nothing is printed."""
 
 EXIT_STATUS_HELP = """exit status:
   0    done (gate: the run passed)
@@ -50,7 +54,8 @@ EXIT_STATUS_HELP = """exit status:
        collect: no rollout succeeded, or the agent could not be reached
   2    nothing done: a bad option, a missing or unreadable path, input without
        rows, an extra that is not installed (one line on stderr says which)
-  130  interrupted"""
+  130  interrupted
+  141  the output's reader closed the pipe (| head)"""
 
 Subcommands = Any
 """The object `ArgumentParser.add_subparsers` returns (argparse keeps its class private)."""
@@ -201,6 +206,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"{command}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader went away (`| head`): nothing to say, and nowhere to say it. Point stdout at
+        # /dev/null so that the interpreter's final flush does not raise again.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except OSError as error:
         where = f"{error.filename}: " if error.filename is not None else ""
         print(f"{command}: error: {where}{error.strerror or error}", file=sys.stderr)

@@ -29,11 +29,19 @@ if TYPE_CHECKING:  # annotations only: printing a verdict never loads duckdb
 _CLASS_STYLES = {"model": "blue", "evaluation": "red", "unknown": "yellow"}
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich exits with status 1 here, which this command line keeps for "the answer is no"; the
+        # entry point turns a broken pipe into its own quiet status (141).
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def _console(stderr: bool = False) -> Console:
     # Piped output is read by people later (CI logs, files): a fixed width keeps reasons and ids
     # whole instead of cut to the 80 columns rich assumes without a terminal.
-    console = Console(stderr=stderr, highlight=False)
-    return console if console.is_terminal else Console(stderr=stderr, highlight=False, width=160)
+    console = _Console(stderr=stderr, highlight=False)
+    return console if console.is_terminal else _Console(stderr=stderr, highlight=False, width=160)
 
 
 def stdout() -> Console:
