@@ -22,11 +22,11 @@ $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 	touch $(DEMO_STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks mkdocs_hooks.py
+	$(BIN)/ruff format --check src tests benchmarks mkdocs_hooks.py
 
 typecheck: $(STAMP)
-	$(BIN)/mypy src tests benchmarks
+	$(BIN)/mypy src tests benchmarks mkdocs_hooks.py
 
 # The HTML report's test renders it in headless Chromium (Debian's package). It is installed here
 # when missing, as `make bench` does for wrk; where it cannot be (no root, no apt) this target, and
