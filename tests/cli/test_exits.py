@@ -316,3 +316,17 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(demo_like_run: P
         stderr = process.stderr.read()
         assert process.wait(timeout=60) == 141
     assert stderr == b""
+
+
+def test_skipped_lines_are_one_warning_not_one_a_line(tmp_path: Path) -> None:
+    """In a real process (no logging configured), three invalid lines make one warning line."""
+    path = write_jsonl(tmp_path / "rows.jsonl", [success_row("0:0")], tail=b"x\ny\nz\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "gym_failures.cli", "gate", str(path), "--expected", "1"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == EXIT_OK
+    assert done.stderr == "warning: 3 invalid lines and 0 torn last lines skipped\n"

@@ -18,7 +18,7 @@ import contextlib
 import os
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -117,10 +117,18 @@ def shell_path(path: Path) -> str:
 
 
 def add_command(
-    commands: Subcommands, name: str, run: Run, *, help: str, description: str, extra: str | None
+    commands: Subcommands,
+    name: str,
+    run: Run,
+    *,
+    help: str,
+    description: str,
+    extra: str | None,
+    counts_skipped_lines: bool = False,
 ) -> argparse.ArgumentParser:
     """A new command `name` on `commands`, running `run(arguments)` for its exit status. `extra` names
-    the optional dependencies it needs (`cli`, `aiohttp,cli`, ...), for the message when one is missing."""
+    the optional dependencies it needs (`cli`, `aiohttp,cli`, ...), for the message when one is
+    missing; `counts_skipped_lines` says it reports skipped row lines itself (see `_library_log`)."""
     parser: argparse.ArgumentParser = commands.add_parser(
         name,
         help=help,
@@ -128,7 +136,7 @@ def add_command(
         epilog=EXIT_STATUS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.set_defaults(run=run, extra=extra, command_name=name)
+    parser.set_defaults(run=run, extra=extra, command_name=name, counts_skipped_lines=counts_skipped_lines)
     return parser
 
 
@@ -175,6 +183,34 @@ def _missing_extra(error: ModuleNotFoundError, command: str, extra: str | None) 
     )
 
 
+@contextlib.contextmanager
+def _library_log(counts_skipped_lines: bool) -> Iterator[None]:
+    """The library's warnings (a torn line cut on resume, say) as `WARNING: ...` lines on stderr for
+    the command's run, unless logging is configured already. A command that counts the lines it
+    skipped in one warning of its own silences the row reader's warning per line."""
+    import logging
+
+    library = logging.getLogger("gym_failures")
+    # `gym_failures.rows` logs under the collection's name (see its module).
+    rows = logging.getLogger("gym_failures.collection")
+    levels = (library.level, rows.level)
+    handler: logging.Handler | None = None
+    if not library.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+        library.addHandler(handler)
+        library.setLevel(logging.WARNING)
+    if counts_skipped_lines:
+        rows.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        library.setLevel(levels[0])
+        rows.setLevel(levels[1])
+        if handler is not None:
+            library.removeHandler(handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with `argv` (default: the process's arguments); its exit status."""
     parser = build_parser()
@@ -196,7 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         command = f"gym-failures {arguments.command_name}"
-        return run(arguments)
+        with _library_log(arguments.counts_skipped_lines):
+            return run(arguments)
     except CommandError as error:
         print(f"{error.command or command}: error: {error.message}", file=sys.stderr)
         return error.status

@@ -186,6 +186,7 @@ def add_summarize(commands: Subcommands) -> None:
         commands,
         "summarize",
         _run_summarize,
+        counts_skipped_lines=True,
         help="failures by class, kind, boundary, stage and attempt",
         description="Failures by class, kind, boundary, stage and attempt; the most common reasons; "
         "quota resets. Needs the cli extra (duckdb, rich).",
@@ -255,6 +256,7 @@ def add_explain(commands: Subcommands) -> None:
         commands,
         "explain",
         _run_explain,
+        counts_skipped_lines=True,
         help="the cause tree of one row or one rollout",
         description="The cause tree of one row or rollout across every hop: origin event ids, "
         "boundaries, omitted parts. Needs the cli extra (rich).",
@@ -309,6 +311,7 @@ def add_gate(commands: Subcommands) -> None:
         commands,
         "gate",
         _run_gate,
+        counts_skipped_lines=True,
         help="check a run's coverage against thresholds (exit 0 passes, 1 fails)",
         description="Coverage of a run's rows and the verdict against thresholds: exit status 0 if "
         "the run passes, 1 if it does not. Needs the cli extra (rich).",
