@@ -77,6 +77,7 @@ __all__ = [
     "read_tasks",
     "repair_torn_tail",
     "rollout_id",
+    "row_files",
     "torn_tail",
 ]
 
@@ -169,6 +170,24 @@ def _read_expected(path: Path) -> int | None:
     return expected if type(expected) is int and expected >= 0 else None
 
 
+def row_files(directory: Path) -> list[Path]:
+    """The row files of the runs saved in `directory`, sorted: for each manifest
+    `<output>.manifest.json` in it, `<output>.jsonl` and `<output>_failures.jsonl` where they exist.
+
+    Other JSONL beside them (a run's tasks, a demo's injected faults) is no row file. A directory
+    without a manifest (rows copied by hand, or saved by another tool) gives every `*.jsonl` directly
+    inside it.
+    """
+    manifests = sorted(directory.glob(f"*{MANIFEST_SUFFIX}"))
+    if not manifests:
+        return sorted(child for child in directory.glob("*.jsonl") if child.is_file())
+    files: list[Path] = []
+    for manifest in manifests:
+        rows = manifest.with_name(manifest.name[: -len(MANIFEST_SUFFIX)] + ".jsonl")
+        files.extend(path for path in (rows, failures_path(rows)) if path.is_file())
+    return sorted(files)
+
+
 @dataclass
 class JsonlScan:
     """What reading a JSONL file found besides its rows."""
@@ -257,7 +276,7 @@ def read_tasks(path: Path, scan: TaskScan | None = None) -> Iterator[tuple[int, 
                 task = None
             if not isinstance(task, dict):
                 scan.invalid_lines.append(number)
-                _LOGGER.warning("%s:%d: a task line that is not a JSON object, skipped", path, number)
+                _LOGGER.warning("%s:%d: a task line that is not a JSON object, skipped", path, number + 1)
                 continue
             scan.tasks += 1
             yield number, task

@@ -1,20 +1,23 @@
-"""The `gym-failures` command line, in process (typer's CliRunner) and once as a real console script."""
+"""The `gym-failures` command line, in process (`main(argv)` with stdout and stderr captured) and as a real
+console script."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
+import io
 import json
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner, Result
 
-from gym_failures.cli import app
+from gym_failures.cli import main
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import AgentFailure, ModelFailure
 from gym_failures.rows import read_rows
@@ -34,8 +37,22 @@ ROOT = Path(__file__).resolve().parents[2]
 TORN = b'{"rollout_id": "9:0", "attem'
 
 
+@dataclass(frozen=True)
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
 def _invoke(*args: str | Path) -> Result:
-    return CliRunner().invoke(app, [str(arg) for arg in args], catch_exceptions=False)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = main([str(arg) for arg in args])
+    return Result(code, stdout.getvalue(), stderr.getvalue())
 
 
 @pytest.fixture
@@ -122,14 +139,19 @@ def test_summarize_writes_a_self_contained_html_report(run_dir: Path, tmp_path: 
 def test_summarize_refuses_a_path_that_does_not_exist(tmp_path: Path) -> None:
     result = _invoke("summarize", tmp_path / "absent.jsonl")
     assert result.exit_code == 2
-    assert "does not exist" in result.stderr
+    assert (
+        result.stderr
+        == f"gym-failures summarize: error: {tmp_path / 'absent.jsonl'}: no such file or directory\n"
+    )
 
 
-def test_summarize_survives_a_file_of_nothing_but_bad_lines(tmp_path: Path) -> None:
+def test_summarize_on_a_file_of_nothing_but_bad_lines_says_so_and_exits_2(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_bytes(b'\x00\xff garbage\n{"failure": [1, \n]]]\n' + TORN)
-    summary = json.loads(_invoke("summarize", path, "--json").stdout)
-    assert (summary["rows"], summary["failure_rows"]) == (3, 0)
+    result = _invoke("summarize", path, "--json")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == f"gym-failures summarize: error: no rollout rows in {path} (3 other lines)\n"
 
 
 def test_the_console_script_prints_the_summary_as_json(run_dir: Path) -> None:
@@ -151,7 +173,7 @@ def test_explain_shows_the_cause_tree_with_ids_and_boundaries(tmp_path: Path) ->
     failure = model_503_chain()
     path = write_jsonl(tmp_path / "f.jsonl", [failure_row(failure, "4:0", attempt=2)])
     events = failure.failure_report().events
-    output = _invoke("explain", path, "--row", "0").stdout
+    output = _invoke("explain", path, "--line", "1").stdout
     lines = output.splitlines()
     assert "rollout 4:0 · attempt 2 · failure · final (attempt_budget_exhausted)" in lines[0]
     root = next(index for index, line in enumerate(lines) if "✖ [agent] agent_request_failed" in line)
@@ -166,7 +188,7 @@ def test_explain_shows_the_cause_tree_with_ids_and_boundaries(tmp_path: Path) ->
 def test_explain_lists_events_outside_the_failure_chain_as_observations(tmp_path: Path) -> None:
     row = failure_row(context_limit(), "0:0")
     row = FailureReportRow.merged_into(row, oom_chain().failure_report())
-    output = _invoke("explain", write_jsonl(tmp_path / "f.jsonl", [row]), "--row", "0").stdout
+    output = _invoke("explain", write_jsonl(tmp_path / "f.jsonl", [row]), "--line", "1").stdout
     observations = output.index("other observations")
     assert output.index("✖ [agent] model_context_limit") < observations
     assert output.index("[environment] environment_episode_failed") > observations
@@ -176,14 +198,14 @@ def test_explain_marks_an_omitted_report(tmp_path: Path) -> None:
     failure = model_503_chain()
     report = failure.failure_report().model_copy(update={"omitted": True})
     row = {**failure_row(failure), **FailureReportRow.fields(report)}
-    output = _invoke("explain", write_jsonl(tmp_path / "f.jsonl", [row]), "--row", "0").stdout
+    output = _invoke("explain", write_jsonl(tmp_path / "f.jsonl", [row]), "--line", "1").stdout
     assert "[omitted] this report lost events on the way" in output
     assert "[omitted] causes may have been lost on the way" in output
 
 
 def test_explain_marks_an_invalid_saved_report_as_omitted(tmp_path: Path) -> None:
     row = {**failure_row(oom_chain()), FailureReportRow.EVENTS: "garbage"}
-    result = _invoke("explain", write_jsonl(tmp_path / "f.jsonl", [row]), "--row", "0", "--json")
+    result = _invoke("explain", write_jsonl(tmp_path / "f.jsonl", [row]), "--line", "1", "--json")
     (explanation,) = json.loads(result.stdout)
     assert (explanation["omitted"], explanation["tree"]) == (True, None)
 
@@ -192,14 +214,14 @@ def test_explain_shows_an_unregistered_kind_as_saved(tmp_path: Path) -> None:
     row = failure_row(AgentFailure(failure_kind="agent_run_error"))
     event = row[FailureReportRow.EVENTS][row[FailureReportRow.FAILURE_ID]]
     event["failure_kind"] = "kind_from_a_newer_peer"
-    output = _invoke("explain", write_jsonl(tmp_path / "f.jsonl", [row]), "--row", "0").stdout
+    output = _invoke("explain", write_jsonl(tmp_path / "f.jsonl", [row]), "--line", "1").stdout
     assert "✖ [agent] unregistered:kind_from_a_newer_peer" in output
 
 
 def test_explain_json_nests_each_cause_under_its_effect(tmp_path: Path) -> None:
     failure = model_503_chain()
     path = write_jsonl(tmp_path / "f.jsonl", [failure_row(failure)])
-    (explanation,) = json.loads(_invoke("explain", path, "--row", "0", "--json").stdout)
+    (explanation,) = json.loads(_invoke("explain", path, "--line", "1", "--json").stdout)
     tree = explanation["tree"]
     chain = []
     while tree is not None:
@@ -225,36 +247,38 @@ def test_explain_by_rollout_finds_a_legacy_row(run_dir: Path) -> None:
 
 
 def test_explain_row_numbers_count_invalid_lines(run_dir: Path) -> None:
-    output = _invoke("explain", run_dir / "out.jsonl", "--row", "4").stdout
-    assert "out.jsonl:4" in output
+    output = _invoke("explain", run_dir / "out.jsonl", "--line", "5").stdout
+    assert "out.jsonl:5" in output
     assert "invalid line: not JSON" in output
 
 
 def test_explain_says_a_torn_last_line_is_no_row(run_dir: Path) -> None:
-    result = _invoke("explain", run_dir / "out_failures.jsonl", "--row", "6")
+    result = _invoke("explain", run_dir / "out_failures.jsonl", "--line", "7")
     assert result.exit_code == 0
     assert "torn line: the last line is unterminated" in result.stdout
 
 
 def test_explain_past_the_last_line_exits_1(run_dir: Path) -> None:
-    result = _invoke("explain", run_dir / "out.jsonl", "--row", "50")
+    result = _invoke("explain", run_dir / "out.jsonl", "--line", "51")
     assert result.exit_code == 1
-    assert "has no line 50" in result.stderr
+    assert "has no line 51" in result.stderr
 
 
 def test_explain_an_unknown_rollout_exits_1(run_dir: Path) -> None:
     assert _invoke("explain", run_dir, "--rollout", "99:0").exit_code == 1
 
 
-@pytest.mark.parametrize("options", [[], ["--row", "0", "--rollout", "0:0"]], ids=["neither", "both"])
-def test_explain_needs_exactly_one_of_row_or_rollout(run_dir: Path, options: list[str]) -> None:
+@pytest.mark.parametrize("options", [[], ["--line", "1", "--rollout", "0:0"]], ids=["neither", "both"])
+def test_explain_needs_exactly_one_of_line_or_rollout(run_dir: Path, options: list[str]) -> None:
     result = _invoke("explain", run_dir / "out.jsonl", *options)
     assert result.exit_code == 2
-    assert "exactly one of --row or --rollout" in result.stderr
+    assert "--line" in result.stderr
+    assert "--rollout" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
 
 
 def test_explain_by_row_needs_one_file(run_dir: Path) -> None:
-    assert _invoke("explain", run_dir, "--row", "0").exit_code == 2
+    assert _invoke("explain", run_dir, "--line", "1").exit_code == 2
 
 
 # --- gate --------------------------------------------------------------------------------------
@@ -308,12 +332,14 @@ def test_gate_refuses_a_share_above_one_with_exit_2(run_dir: Path) -> None:
     assert result.exit_code == 2
 
 
-def test_gate_on_a_file_of_bad_lines_fails_without_crashing(tmp_path: Path) -> None:
+def test_gate_on_a_file_of_bad_lines_says_nothing_was_read_and_exits_2(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_bytes(b"garbage\n[]\n" + TORN)
     result = _invoke("gate", path, "--json")
-    assert result.exit_code == 1
-    assert json.loads(result.stdout)["reasons"] == ["no rollouts expected or seen"]
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "no rollout rows in" in result.stderr
+    assert "no manifest says how many were expected" in result.stderr
 
 
 # --- collect -----------------------------------------------------------------------------------
@@ -414,7 +440,7 @@ def test_gate_prints_markup_in_a_kind_as_text(tmp_path: Path) -> None:
 
 
 def test_explain_prints_markup_in_a_reason_as_text(tmp_path: Path) -> None:
-    output = _invoke("explain", write_jsonl(tmp_path / "f.jsonl", MARKUP_ROWS), "--row", "1").stdout
+    output = _invoke("explain", write_jsonl(tmp_path / "f.jsonl", MARKUP_ROWS), "--line", "2").stdout
     assert "[link=https://evil.example]click[/link] [red]FAKE PASSED" in output
 
 
@@ -432,7 +458,7 @@ def _escape_row() -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     "command",
-    [["summarize"], ["gate"], ["explain", "--row", "0"], ["explain", "--rollout", "0:0"]],
+    [["summarize"], ["gate"], ["explain", "--line", "1"], ["explain", "--rollout", "0:0"]],
     ids=lambda command: " ".join(command),
 )
 def test_terminal_control_characters_from_a_row_never_reach_the_terminal(
@@ -450,7 +476,7 @@ def test_terminal_control_characters_from_a_row_never_reach_the_terminal(
 
 def test_json_output_escapes_c1_characters_and_keeps_the_value(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "f.jsonl", [_escape_row()])
-    result = _invoke("explain", path, "--row", "0", "--json")
+    result = _invoke("explain", path, "--line", "1", "--json")
     assert "\x9b" not in result.stdout
     assert "\\u009b" in result.stdout
     (explanation,) = json.loads(result.stdout)
@@ -470,7 +496,7 @@ def test_explain_by_rollout_skips_a_row_with_neither_result_nor_failure(tmp_path
 
 def test_explain_by_row_says_a_row_with_neither_result_nor_failure_is_no_rollout_row(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "f.jsonl", [{"rollout_id": "0:0", "fault": "server_error"}])
-    result = _invoke("explain", path, "--row", "0")
+    result = _invoke("explain", path, "--line", "1")
     assert "other line: not a rollout row" in result.stdout
     assert "success" not in result.stdout
 
@@ -507,7 +533,7 @@ def test_gate_without_a_manifest_warns_that_expected_came_from_the_rows(tmp_path
     assert verdict["coverage"]["expected_source"] == "rows_seen"
     (warning,) = verdict["warnings"]
     assert "expected was taken from the 1 distinct rollouts seen" in warning
-    assert "Warning: expected was taken from the 1 distinct rollouts seen" in " ".join(result.stderr.split())
+    assert "warning: expected was taken from the 1 distinct rollouts seen" in " ".join(result.stderr.split())
 
 
 def test_gate_sees_a_rollout_collect_never_saved_as_missing(tmp_path: Path, agent_url: str) -> None:
@@ -613,19 +639,19 @@ def test_demo_refuses_an_external_model_without_its_endpoint(tmp_path: Path) -> 
 def test_collect_with_a_bad_agent_url_is_a_usage_error_without_the_password(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text('{"id": 1}\n')
-    result = CliRunner().invoke(
-        app,
-        [
-            "collect",
-            str(tasks),
-            "--agent-url",
-            "http://user:S3cretPassw0rd@host:99999/",
-            "--output",
-            str(tmp_path / "out.jsonl"),
-        ],
+    result = _invoke(
+        "collect",
+        tasks,
+        "--agent-url",
+        "http://user:S3cretPassw0rd@host:99999/",
+        "--output",
+        tmp_path / "out.jsonl",
     )
     assert result.exit_code == 2
     assert "S3cretPassw0rd" not in result.output
+    assert result.stderr.startswith("gym-failures collect: error: --agent-url: ")
+    assert len(result.stderr.splitlines()) == 1
+    assert "pydantic" not in result.stderr
 
 
 def test_explain_reads_a_row_holding_a_lone_surrogate(tmp_path: Path) -> None:
@@ -633,9 +659,9 @@ def test_explain_reads_a_row_holding_a_lone_surrogate(tmp_path: Path) -> None:
     failures = tmp_path / "rows_failures.jsonl"
     failure = '{"failure_kind": "judge_failed", "failure_reason": "bad \\ud800 byte", "terminal": true}'
     failures.write_text('{"rollout_id": "0:0", "attempt": 1, "final": true, "failure": ' + failure + "}\n")
-    text = _invoke("explain", failures, "--row", "0")
+    text = _invoke("explain", failures, "--line", "1")
     assert text.exit_code == 0
     assert "bad \ufffd byte" in text.output
-    as_json = _invoke("explain", failures, "--row", "0", "--json")
+    as_json = _invoke("explain", failures, "--line", "1", "--json")
     assert as_json.exit_code == 0
     assert json.loads(as_json.output)[0]

@@ -1,21 +1,24 @@
-"""The `gym-failures` command line: summarize, explain, gate and collect saved rollout rows; run the demo.
+"""The `gym-failures` command line: summarize, explain and gate saved rollout rows; collect; run the demo.
 
-Every command prints rich tables for people and, with `--json`, one JSON document for machines.
-Exit status: 0 on success (and when the gate passes), 1 when the gate fails or a requested row is not
-found, 2 for usage errors (a missing path, a bad option, a refused resume). No command raises on a
-torn or invalid line: such lines are skipped and counted.
+Every command prints tables for people and, with `--json`, one JSON document for machines. Exit
+status, for scripts (`gym_failures.cli.EXIT_*`):
 
-The commands (options, exit status) are in `gym_failures.cli._commands`; how their output looks,
-and how text from the rows is kept from acting on the terminal, in `gym_failures.cli._render`.
+- 0: done (the gate passed);
+- 1: done, and the answer is no: the gate failed, `explain` found no such row, `collect` saw no
+  rollout succeed (or could not reach the agent at all);
+- 2: nothing done: a bad option, a missing or unreadable path, input without rows, a missing extra;
+  one line on stderr says which, never a traceback;
+- 130: interrupted;
+- 141: the output's reader closed the pipe (`| head`), quietly.
 
-Needs the `cli` extra (typer, rich, duckdb); `collect` also needs the `aiohttp` extra.
+No command raises on a torn or invalid line: such lines are skipped, counted and warned about.
+The parser and exit statuses are in `gym_failures.cli._app`, the commands in
+`gym_failures.cli._commands`, how their output looks in `gym_failures.cli._render`.
+
+The parser needs nothing beyond the core; `summarize` needs the `cli` extra (duckdb, rich),
+`explain` and `gate` rich, `collect` the `aiohttp` extra too, `demo` the `demo` extra.
 """
 
-from gym_failures.cli._commands import app
+from gym_failures.cli._app import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, main
 
-__all__ = ["app", "main"]
-
-
-def main() -> None:
-    """The console script's entry point."""
-    app()
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main"]

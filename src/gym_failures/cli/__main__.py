@@ -2,4 +2,4 @@
 
 from gym_failures.cli import main
 
-main()
+raise SystemExit(main())

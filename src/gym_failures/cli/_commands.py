@@ -1,393 +1,689 @@
 """The commands of `gym-failures`: their options, what each computes, and its exit status.
 
-What each prints is drawn by `gym_failures.cli._render`.
+Each command is an `add_<name>(commands)` that declares its options and a `_run_<name>(arguments)`
+that imports what it needs (rich, duckdb, aiohttp, the gate), so that `--help` and the parser load
+none of them. A new command is one more `add_<name>` in `COMMANDS`. What each prints is drawn by
+`gym_failures.cli._render`.
+
+Decisions:
+
+- Line numbers a person reads are 1-based, as editors and `grep -n` count: `explain --line N`, the
+  `path:N` labels of the cause trees, the demo's hint.
+- A directory argument stands for its row files (`gym_failures.rows.row_files`): the files its
+  manifests name, never its tasks or injected faults. An input that names no file, or whose files
+  hold no rollout row, is an error (exit status 2), never an empty table with exit status 0.
+- `collect --output out` (no `.jsonl`) writes `out.jsonl` and `out_failures.jsonl`, and says so:
+  the readers find a run's rows by that suffix. Any other suffix (`out.json`) is refused.
+- `collect` exits 1 when the run tried rollouts and none succeeded, naming the most common final
+  failure kind (and the agent URL, when no request reached it).
 """
 
 from __future__ import annotations
 
-import asyncio
+import argparse
 import contextlib
 import json
-from dataclasses import fields
-from enum import StrEnum
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
-import typer
-from pydantic import ValidationError
-from rich.text import Text
-
-from gym_failures import gate as acceptance
-from gym_failures.cli._live import live_collection, metrics_endpoint
-
-# Private aliases keep the demo command's body byte for byte while its options are rewritten
-# elsewhere; drop them with that rewrite.
-from gym_failures.cli._render import (
-    cell,
-    explanation_tree,
-    print_collection,
-    print_json,
-    print_summary,
-    print_verdict,
-    progress_bar,
-    stderr,
-    stdout,
+from gym_failures.cli._app import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    CommandError,
+    Subcommands,
+    add_command,
+    program,
+    shell_path,
 )
-from gym_failures.cli._serve import serve_app
-from gym_failures.failure_kinds import COLLECTION_RESUME_REFUSED
-from gym_failures.reporting.explain import line_row, rollout_rows
-from gym_failures.reporting.html import render_html
-from gym_failures.reporting.summary import input_files
-from gym_failures.reporting.summary import summarize as summarize_rows
+from gym_failures.cli._serve import add_serve
+from gym_failures.cli._text import print_json, stderr_line
+
+if TYPE_CHECKING:
+    from gym_failures.reporting.explain import RowExplanation
+    from gym_failures.reporting.summary import Summary
+
+__all__ = [
+    "COMMANDS",
+    "EXTRA_MODULES",
+    "GATE_DEFAULTS",
+    "PROGRESS_MIN_BYTES",
+    "add_collect",
+    "add_demo",
+    "add_explain",
+    "add_gate",
+    "add_summarize",
+    "longest_chain",
+    "row_inputs",
+]
 
 # Below this much input a summary takes about a second: a progress bar would only flicker.
 PROGRESS_MIN_BYTES = 50 * 1024 * 1024
 
-app = typer.Typer(
-    name="gym-failures",
-    help="Summarize, explain and gate the failure reports saved beside rollouts.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(serve_app)  # `gym-failures serve model` (gym_failures.cli._serve)
+EXTRA_MODULES = frozenset({"aiohttp", "duckdb", "rich", "starlette", "uvicorn", "yarl", "multidict"})
+"""The optional dependencies whose absence is a missing extra, not a bug."""
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
-PathsArgument = Annotated[
-    list[Path],
-    typer.Argument(
-        exists=True,
-        readable=True,
-        help="JSONL files of saved rows, or directories (every *.jsonl directly inside).",
-        show_default=False,
-    ),
-]
+GATE_DEFAULTS = {
+    "min_scored_share": 0.95,
+    "max_evaluation_share": 0.02,
+    "max_unknown_share": 0.0,
+    "max_missing": 0,
+}
+"""`GateThresholds()`'s defaults, shown in `gate --help` without importing the gate (a test keeps
+them equal)."""
+
+_TRANSPORT_KINDS = frozenset({"transport_unreachable", "transport_timeout", "transport_connection_reset"})
+"""Failure kinds that mean no reply came from the agent server."""
 
 
-def _usage_error(message: str) -> typer.Exit:
-    stderr().print(Text(f"Error: {message}", style="red"))
-    return typer.Exit(code=2)
+# --- option types ------------------------------------------------------------------------------
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a share between 0 and 1")
+    return value
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below the minimum {minimum}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
+def _json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", dest="json_output", action="store_true", help="print one JSON document instead of tables"
+    )
+
+
+def _paths_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="JSONL files of saved rows, or run directories (their row files, as the manifest names them)",
+    )
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+
+def row_inputs(paths: Iterable[Path]) -> list[Path]:
+    """The row files `paths` name: a file as itself, a directory as its row files.
+
+    Raises `CommandError` for a path that does not exist, is not a file or a directory, or is a
+    directory without row files.
+    """
+    from gym_failures.rows import row_files
+
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = row_files(path)
+            if not found:
+                raise CommandError(f"{path}: no row files (*.jsonl) in this directory")
+            files.extend(found)
+        elif path.is_file():
+            _readable(path)
+            files.append(path)
+        elif path.exists():
+            raise CommandError(f"{path}: not a file or a directory")
+        else:
+            raise CommandError(f"{path}: no such file or directory")
+    return files
+
+
+def _readable(path: Path) -> None:
+    """Refuse a file whose first bytes cannot be read, naming it (a read error names no file)."""
+    try:
+        with path.open("rb") as handle:
+            handle.read(1)
+    except OSError as error:
+        raise CommandError(f"{path}: {error.strerror or error}") from None
+
+
+def _writable_file(path: Path, option: str) -> None:
+    """Refuse, before any work, an output file that cannot be written where it is named."""
+    if path.is_dir():
+        raise CommandError(f"{option} {path}: is a directory; name a file")
+    parent = path.parent
+    if not parent.is_dir():
+        raise CommandError(f"{option} {path}: the directory {parent} does not exist")
+
+
+def _warn(message: str) -> None:
+    stderr_line(f"warning: {message}")
 
 
 # --- summarize ---------------------------------------------------------------------------------
 
 
-@app.command()
-def summarize(
-    paths: PathsArgument,
-    json_output: JsonOption = False,
-    html: Annotated[
-        Path | None,
-        typer.Option("--html", help="Also write a self-contained HTML report with charts to this file."),
-    ] = None,
-) -> None:
-    """Failures by class, kind, boundary, stage and attempt; the most common reasons; quota resets."""
-    files = input_files(paths)
+def add_summarize(commands: Subcommands) -> None:
+    parser = add_command(
+        commands,
+        "summarize",
+        _run_summarize,
+        counts_skipped_lines=True,
+        help="failures by class, kind, boundary, stage and attempt",
+        description="Failures by class, kind, boundary, stage and attempt; the most common reasons; "
+        "quota resets. Needs the cli extra (duckdb, rich).",
+        extra="cli",
+    )
+    _paths_argument(parser)
+    _json_option(parser)
+    parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write a self-contained HTML report to FILE: charts, the gate's verdict and the "
+        "failed attempt with the longest cause chain",
+    )
+
+
+def _run_summarize(arguments: argparse.Namespace) -> int:
+    import duckdb
+
+    from gym_failures.cli._render import print_summary, progress_bar, stdout_line
+    from gym_failures.reporting.summary import summarize
+
+    files = row_inputs(arguments.paths)
+    html: Path | None = arguments.html
+    if html is not None:
+        _writable_file(html, "--html")
     size = sum(path.stat().st_size for path in files)
     with progress_bar(size > PROGRESS_MIN_BYTES, "summarizing") as update:
         on_progress = None if update is None else (lambda percent: update(percent, 100.0))
         try:
-            summary = summarize_rows(files, on_progress=on_progress)
+            summary = summarize(files, on_progress=on_progress)
         except duckdb.Error as error:
-            stderr().print(Text(f"Error: could not read the rows: {error}", style="red"))
-            raise typer.Exit(code=1) from None
+            raise CommandError(f"could not read the rows: {str(error).splitlines()[0]}") from None
+    _check_summary(summary, files)
     if html is not None:
-        html.write_text(render_html(summary), encoding="utf-8")
-    if json_output:
+        html.write_text(_html_report(summary, files), encoding="utf-8")
+    if arguments.json_output:
         print_json(summary.model_dump_json(indent=2))
     else:
         print_summary(summary)
         if html is not None:
-            stdout().print(Text(f"HTML report written to {html}"))
+            stdout_line(f"HTML report written to {html}")
+    return EXIT_OK
+
+
+def _check_summary(summary: Summary, files: Sequence[Path]) -> None:
+    if summary.success_rows + summary.failure_rows == 0:
+        names = ", ".join(str(path) for path in files)
+        raise CommandError(f"no rollout rows in {names} ({summary.other_rows} other lines)")
+    if summary.other_rows:
+        _warn(f"{summary.other_rows} lines are no rollout rows (not JSON, or neither a result nor a failure)")
+
+
+def _html_report(summary: Summary, files: Sequence[Path]) -> str:
+    from gym_failures import gate as acceptance
+    from gym_failures.reporting.html import render_html
+
+    verdict = acceptance.check(acceptance.read_coverage(files), acceptance.GateThresholds())
+    return render_html(summary, verdict=verdict, explanation=longest_chain(files))
 
 
 # --- explain -----------------------------------------------------------------------------------
 
 
-@app.command()
-def explain(
-    paths: PathsArgument,
-    row: Annotated[
-        int | None,
-        typer.Option(
-            "--row",
-            min=0,
-            help="The row's 0-based line number in the one file given (every line counts, "
-            "blank and invalid ones too, as `sed -n '<N+1>p'` does).",
-        ),
-    ] = None,
-    rollout: Annotated[
-        str | None, typer.Option("--rollout", help="Every row of this rollout id, by attempt.")
-    ] = None,
-    json_output: JsonOption = False,
-) -> None:
-    """The cause tree of one rollout across every hop: origin event ids, boundaries, omitted parts."""
-    if (row is None) == (rollout is None):
-        raise _usage_error("give exactly one of --row or --rollout")
-    if row is not None:
-        if len(paths) != 1 or paths[0].is_dir():
-            raise _usage_error("--row needs exactly one file")
-        found = line_row(paths[0], row)
+def add_explain(commands: Subcommands) -> None:
+    parser = add_command(
+        commands,
+        "explain",
+        _run_explain,
+        counts_skipped_lines=True,
+        help="the cause tree of one row or one rollout",
+        description="The cause tree of one row or rollout across every hop: origin event ids, "
+        "boundaries, omitted parts. Needs the cli extra (rich).",
+        extra="cli",
+    )
+    _paths_argument(parser)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--line",
+        type=_at_least(1),
+        metavar="N",
+        help="the row on line N of the one file given (1-based, every line counted, as editors and "
+        "`grep -n` number them)",
+    )
+    which.add_argument("--rollout", metavar="ID", help="every row of rollout ID, by attempt")
+    _json_option(parser)
+
+
+def _run_explain(arguments: argparse.Namespace) -> int:
+    from gym_failures.reporting.explain import line_row, rollout_rows
+
+    files = row_inputs(arguments.paths)
+    if arguments.line is not None:
+        if len(arguments.paths) != 1 or arguments.paths[0].is_dir():
+            raise CommandError("--line needs exactly one file")
+        found = line_row(files[0], arguments.line)
         explanations = [] if found is None else [found]
-        missing = f"{paths[0]} has no line {row}"
+        missing = f"{files[0]} has no line {arguments.line}"
     else:
-        assert rollout is not None
-        explanations = rollout_rows(input_files(paths), rollout)
-        missing = f"no row of rollout {rollout!r} found"
-    if json_output:
+        explanations = rollout_rows(files, arguments.rollout)
+        missing = f"no row of rollout {arguments.rollout!r} in {', '.join(str(path) for path in files)}"
+    if arguments.json_output:
         # json.dumps, not pydantic's serializer: a saved row may hold a lone surrogate ("\ud800"), which
         # pydantic refuses to encode and JSON writes as an escape.
         print_json(json.dumps([item.model_dump(mode="json") for item in explanations], indent=2))
     else:
-        console = stdout()
+        from gym_failures.cli._render import explanation_tree, print_tree
+
         for explanation in explanations:
-            console.print(explanation_tree(explanation))
+            print_tree(explanation_tree(explanation))
     if not explanations:
-        stderr().print(cell(missing, style="red"))
-        raise typer.Exit(code=1)
+        stderr_line(f"gym-failures explain: {missing}")
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 # --- gate --------------------------------------------------------------------------------------
 
 
-@app.command()
-def gate(
-    paths: PathsArgument,
-    expected: Annotated[
-        int | None,
-        typer.Option(
-            "--expected",
-            min=0,
-            help="Rollouts expected (default: the collection manifest beside the rows, "
-            "<output>.manifest.json; without one, the distinct rollouts seen, with a warning).",
-        ),
-    ] = None,
-    min_scored_share: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="Least share of expected rollouts scored.")
-    ] = (acceptance.GateThresholds().min_scored_share),
-    max_evaluation_share: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="Most share failed or gate-derived evaluation-side.")
-    ] = (acceptance.GateThresholds().max_evaluation_share),
-    max_unknown_share: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="Most share of unknown responsibility.")
-    ] = (acceptance.GateThresholds().max_unknown_share),
-    max_missing: Annotated[
-        int, typer.Option(min=0, help="Most expected rollouts without a final outcome.")
-    ] = acceptance.GateThresholds().max_missing,
-    json_output: JsonOption = False,
-) -> None:
-    """Coverage of a run's rows and the verdict against thresholds: exit 0 if it passes, 1 if not."""
-    thresholds = acceptance.GateThresholds(
-        min_scored_share=min_scored_share,
-        max_evaluation_share=max_evaluation_share,
-        max_unknown_share=max_unknown_share,
-        max_missing=max_missing,
+def add_gate(commands: Subcommands) -> None:
+    parser = add_command(
+        commands,
+        "gate",
+        _run_gate,
+        counts_skipped_lines=True,
+        help="check a run's coverage against thresholds (exit 0 passes, 1 fails)",
+        description="Coverage of a run's rows and the verdict against thresholds: exit status 0 if "
+        "the run passes, 1 if it does not. Needs the cli extra (rich).",
+        extra="cli",
     )
-    coverage = acceptance.read_coverage(input_files(paths), expected)
+    _paths_argument(parser)
+    parser.add_argument(
+        "--expected",
+        type=_at_least(0),
+        metavar="N",
+        help="rollouts expected (default: the collection manifest beside the rows, "
+        "<output>.manifest.json; without one, the distinct rollouts seen, with a warning)",
+    )
+    for name, what in (
+        ("min_scored_share", "least share of expected rollouts scored"),
+        ("max_evaluation_share", "most share failed or gate-derived evaluation-side"),
+        ("max_unknown_share", "most share of unknown responsibility"),
+    ):
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=_share,
+            metavar="SHARE",
+            help=f"{what} (default {GATE_DEFAULTS[name]})",
+        )
+    parser.add_argument(
+        "--max-missing",
+        type=_at_least(0),
+        metavar="N",
+        help=f"most expected rollouts without a final outcome (default {GATE_DEFAULTS['max_missing']})",
+    )
+    _json_option(parser)
+
+
+def _run_gate(arguments: argparse.Namespace) -> int:
+    from gym_failures import gate as acceptance
+
+    files = row_inputs(arguments.paths)
+    given = {name: getattr(arguments, name) for name in GATE_DEFAULTS if getattr(arguments, name) is not None}
+    thresholds = acceptance.GateThresholds(**given)
+    coverage = acceptance.read_coverage(files, arguments.expected)
+    if coverage.seen == 0:
+        names = ", ".join(str(path) for path in files)
+        if coverage.expected_source == "rows_seen":
+            raise CommandError(f"no rollout rows in {names}, and no manifest says how many were expected")
+        _warn(f"no rollout rows in {names}")
+    if coverage.invalid_lines or coverage.torn_tails:
+        _warn(f"{coverage.invalid_lines} invalid lines and {coverage.torn_tails} torn last lines skipped")
     verdict = acceptance.check(coverage, thresholds)
     for warning in verdict.warnings:
-        stderr().print(Text(f"Warning: {warning}", style="yellow"))
-    if json_output:
+        _warn(warning)
+    if arguments.json_output:
         print_json(verdict.model_dump_json(indent=2))
     else:
+        from gym_failures.cli._render import print_verdict
+
         print_verdict(verdict)
-    raise typer.Exit(code=0 if verdict.passed else 1)
+    return EXIT_OK if verdict.passed else EXIT_FAILED
 
 
 # --- collect -----------------------------------------------------------------------------------
 
 
-@app.command()
-def collect(
-    input_path: Annotated[
-        Path,
-        typer.Argument(
-            exists=True, dir_okay=False, readable=True, metavar="INPUT", help="JSONL of tasks, one a line."
-        ),
-    ],
-    agent_url: Annotated[str, typer.Option("--agent-url", help="The agent server's base URL.")],
-    output: Annotated[
-        Path, typer.Option("--output", help="<output>.jsonl; failures go to <output>_failures.jsonl.")
-    ],
-    num_repeats: Annotated[int, typer.Option(min=1, help="Rollouts per task.")] = 1,
-    concurrency: Annotated[int, typer.Option(min=1, help="Rollouts in flight.")] = 16,
-    max_attempts: Annotated[int, typer.Option(min=1, help="Attempts per rollout.")] = 3,
-    timeout: Annotated[float, typer.Option(min=0.001, help="Seconds per attempt.")] = 120.0,
-    force_resume: Annotated[
-        bool, typer.Option(help="Resume even when the output was collected from a different run.")
-    ] = False,
-    agent_name: Annotated[str, typer.Option(help="The agent's name in metrics (never its URL).")] = "agent",
-    metrics_port: Annotated[
-        int | None,
-        typer.Option(min=0, max=65535, help="Serve OpenTelemetry metrics at :PORT/metrics while collecting."),
-    ] = None,
-    json_output: JsonOption = False,
-) -> None:
-    """Dispatch every task's rollouts to an agent server, save each attempt, resume what is unfinished."""
+def add_collect(commands: Subcommands) -> None:
+    parser = add_command(
+        commands,
+        "collect",
+        _run_collect,
+        help="dispatch rollouts to an agent server and save every attempt",
+        description="Dispatch every task's rollouts to an agent server, save each attempt, resume "
+        "what is unfinished. Success rows go to OUTPUT.jsonl, failures to OUTPUT_failures.jsonl, the "
+        "manifest to OUTPUT.manifest.json. Needs the aiohttp and cli extras.",
+        extra="aiohttp,cli",
+    )
+    parser.add_argument("input_path", type=Path, metavar="INPUT", help="JSONL of tasks, one a line")
+    parser.add_argument("--agent-url", required=True, metavar="URL", help="the agent server's base URL")
+    parser.add_argument(
+        "--output",
+        required=True,
+        type=Path,
+        metavar="OUTPUT",
+        help="the success rows' file, OUTPUT.jsonl (`.jsonl` is added when missing)",
+    )
+    parser.add_argument(
+        "--num-repeats", type=_at_least(1), default=1, metavar="N", help="rollouts per task (1)"
+    )
+    parser.add_argument(
+        "--concurrency", type=_at_least(1), default=16, metavar="N", help="rollouts in flight (16)"
+    )
+    parser.add_argument(
+        "--max-attempts",
+        type=_at_least(1),
+        default=None,
+        metavar="N",
+        help="attempts per rollout (NeMo Gym's budget: $NEMO_GYM_MAX_ROLLOUT_ATTEMPTS, else 3)",
+    )
+    parser.add_argument(
+        "--timeout", type=_seconds, default=120.0, metavar="SECONDS", help="per attempt (120)"
+    )
+    parser.add_argument(
+        "--force-resume",
+        action="store_true",
+        help="resume even when the output was collected from a different input",
+    )
+    parser.add_argument(
+        "--agent-name", default="agent", metavar="NAME", help="the agent's name in metrics, never its URL"
+    )
+    _metrics_option(parser)
+    _json_option(parser)
+
+
+def _metrics_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=None,
+        metavar="PORT",
+        help="serve OpenTelemetry metrics at :PORT/metrics while running (the prometheus extra)",
+    )
+
+
+def _port(text: str) -> int:
     try:
-        from gym_failures.collection import CollectionConfig
-        from gym_failures.collection import collect as run_collection
-    except ImportError as error:  # aiohttp is an extra of its own
-        stderr().print(Text(f"Error: collect needs gym-failures[aiohttp] ({error})", style="red"))
-        raise typer.Exit(code=1) from None
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535, not {port}")
+    return port
+
+
+def _output_path(output: Path) -> Path:
+    if output.is_dir():
+        return output  # a run directory (ours, or NeMo Gym's to resume): the collector names its rows file
+    if output.suffix == ".jsonl":
+        return output
+    if output.suffix:
+        raise CommandError(f"--output {output}: the rows' file must end in .jsonl")
+    completed = output.with_name(f"{output.name}.jsonl")
+    _warn(f"--output {output} has no .jsonl suffix: writing {completed}")
+    return completed
+
+
+def _config_error(error: Any) -> CommandError:
+    """A `CollectionConfig` validation error as one line naming the option (its input never shown)."""
+    flags = {"agent_url": "--agent-url", "input_path": "INPUT", "output_path": "--output"}
+    problems = []
+    for item in error.errors(include_url=False, include_input=False):
+        field = str(item["loc"][0]) if item["loc"] else ""
+        cause = (item.get("ctx") or {}).get("error")
+        text = str(cause) if item["type"] == "value_error" and cause is not None else str(item["msg"])
+        problems.append(f"{flags.get(field, '--' + field.replace('_', '-'))}: {text}")
+    return CommandError("; ".join(problems))
+
+
+def _run_collect(arguments: argparse.Namespace) -> int:
+    import asyncio
+    from dataclasses import fields
+
+    from pydantic import ValidationError
+
+    from gym_failures.cli._live import live_collection, metrics_endpoint
+    from gym_failures.cli._render import print_collection
+    from gym_failures.collection import CollectionConfig
+    from gym_failures.collection import collect as run_collection
+    from gym_failures.failure_kinds import COLLECTION_RESUME_REFUSED
     from gym_failures.failures import NgFailureEvent
 
+    if not arguments.input_path.is_file():
+        raise CommandError(f"{arguments.input_path}: no such file")
+    options: dict[str, Any] = {"max_attempts": arguments.max_attempts} if arguments.max_attempts else {}
     try:
         config = CollectionConfig(
-            input_path=input_path,
-            output_path=output,
-            agent_url=agent_url,
-            num_repeats=num_repeats,
-            concurrency=concurrency,
-            max_attempts=max_attempts,
-            timeout_s=timeout,
-            force_resume=force_resume,
-            agent_name=agent_name,
+            input_path=arguments.input_path,
+            output_path=_output_path(arguments.output),
+            agent_url=arguments.agent_url,
+            num_repeats=arguments.num_repeats,
+            concurrency=arguments.concurrency,
+            timeout_s=arguments.timeout,
+            force_resume=arguments.force_resume,
+            agent_name=arguments.agent_name,
+            **options,
         )
-    except ValidationError as error:  # its text holds no input (hide_input_in_errors)
-        raise _usage_error(str(error)) from None
+    except ValidationError as error:
+        raise _config_error(error) from None
     with contextlib.ExitStack() as running:
-        if metrics_port is not None:
-            running.enter_context(metrics_endpoint(metrics_port, "gym-failures-collect"))
+        if arguments.metrics_port is not None:
+            running.enter_context(metrics_endpoint(arguments.metrics_port, "gym-failures-collect"))
         on_progress = running.enter_context(live_collection())
         try:
             summary = asyncio.run(run_collection(config, on_progress))
         except NgFailureEvent as failure:
             if failure.failure_kind != COLLECTION_RESUME_REFUSED:
                 raise
-            stderr().print(Text(f"Error: {failure.failure_reason}", style="red"))
-            raise typer.Exit(code=2) from None
-    figures: dict[str, Any] = {
-        field.name: getattr(summary, field.name) for field in fields(summary) if field.name != "scans"
-    }
-    if json_output:
+            raise CommandError(failure.failure_reason) from None
+    figures = {field.name: getattr(summary, field.name) for field in fields(summary) if field.name != "scans"}
+    if arguments.json_output:
         print_json(json.dumps(figures, indent=2))
-        return
-    print_collection(figures, output, config.failures_path)
+    else:
+        print_collection(figures, config.output_path, config.failures_path)
+    tried = summary.expected - summary.already_done - summary.closed_on_resume
+    if tried > 0 and summary.succeeded == 0:
+        return _no_success(config.failures_path, arguments.agent_url, tried)
+    return EXIT_OK
+
+
+def _no_success(failures: Path, agent_url: str, tried: int) -> int:
+    from gym_failures.rows import read_rows
+
+    kinds = Counter(
+        str((row.get("failure") or {}).get("failure_kind"))
+        for row in read_rows(failures)
+        if row.get("final") is True
+    )
+    common = ", ".join(f"{kind} {count}" for kind, count in kinds.most_common(3)) or "no failure rows"
+    if kinds and set(kinds) <= _TRANSPORT_KINDS:
+        stderr_line(f"gym-failures collect: the agent at {agent_url} could not be reached ({common})")
+    else:
+        stderr_line(f"gym-failures collect: none of {tried} rollouts succeeded ({common})")
+    return EXIT_FAILED
 
 
 # --- demo --------------------------------------------------------------------------------------
 
 
-def _most_telling_failure(failures_path: Path) -> int | None:
-    """The line number of the failed attempt with the longest cause chain, a final one on a tie."""
+def longest_chain(files: Iterable[Path]) -> RowExplanation | None:
+    """The failed attempt with the longest cause chain in `files`, a final one on a tie, the first
+    one on a further tie; None when no row has a failure event."""
     from gym_failures.failure_transport import FailureReportRow
+    from gym_failures.reporting.explain import line_row
 
-    best: tuple[int, bool, int] | None = None
-    with failures_path.open("rb") as handle:
-        for number, line in enumerate(handle):
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(row, dict):
-                continue
-            report = FailureReportRow.report(row)
-            depth, event_id = 0, report.failure_id
-            while event_id is not None and event_id in report.events and depth <= len(report.events):
-                depth, event_id = depth + 1, report.events[event_id].cause_id
-            key = (depth, row.get("final") is True, -number)
-            if best is None or key > best:
-                best = key
-    return None if best is None else -best[2]
+    best: tuple[int, bool, int, int] | None = None
+    where: tuple[Path, int] | None = None
+    for order, path in enumerate(files):
+        with path.open("rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                if b'"failure"' not in line and b"_ng_failure_class" not in line:
+                    continue
+                try:
+                    row = json.loads(line)
+                except (ValueError, RecursionError):
+                    continue
+                if not isinstance(row, dict):
+                    continue
+                report = FailureReportRow.report(row)
+                depth, event_id = 0, report.failure_id
+                while event_id is not None and event_id in report.events and depth <= len(report.events):
+                    depth, event_id = depth + 1, report.events[event_id].cause_id
+                key = (depth, row.get("final") is True, -order, -number)
+                if depth and (best is None or key > best):
+                    best, where = key, (path, number)
+    return None if where is None else line_row(*where)
 
 
-class _StreamMode(StrEnum):
-    AUTO = "auto"
-    ALWAYS = "always"
-    NEVER = "never"
+def add_demo(commands: Subcommands) -> None:
+    parser = add_command(
+        commands,
+        "demo",
+        _run_demo,
+        help="run a local gym with injected faults, then summarize, gate and explain it",
+        description="Start a model server, a resources server (verifier, judge, sandbox) and an agent "
+        "server on loopback, collect the rollouts into OUT/<timestamp>/, print the summary, the gate's "
+        "verdict and the cause tree of the failed attempt with the longest cause chain, and write "
+        "report.html there. Needs the demo extra.",
+        extra="demo",
+    )
+    parser.add_argument("--out", type=Path, default=Path("runs"), help="parent of the run directory (runs)")
+    parser.add_argument("--rollouts", type=_at_least(1), default=200, metavar="N", help="rollouts (200)")
+    parser.add_argument("--concurrency", type=_at_least(1), default=16, metavar="N", help="in flight (16)")
+    parser.add_argument(
+        "--fault-plan", type=Path, metavar="FILE", help="a fault plan JSON (the packaged one)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the scripted policy and the fault draws (0)"
+    )
+    parser.add_argument(
+        "--model-base-url",
+        metavar="URL",
+        help="an OpenAI-compatible base URL for the policy instead of the scripted one (or "
+        "$GYM_DEMO_MODEL_BASE_URL); its key comes from $GYM_DEMO_MODEL_API_KEY or $OPENAI_API_KEY",
+    )
+    parser.add_argument(
+        "--model-name", metavar="NAME", help="the external policy model (or $GYM_DEMO_MODEL_NAME)"
+    )
+    parser.add_argument(
+        "--stream",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="whether policy calls stream (auto)",
+    )
+    parser.add_argument(
+        "--policy-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="one policy call's limit (default: the fault plan's, or 60 with an external model)",
+    )
 
 
-# Over 80 lines: thirty-five of them declare its options (checked by `DemoOptions`, not here), and the
-# rest prints what the run saved, in the order a reader wants it.
-@app.command()
-def demo(
-    out: Annotated[Path, typer.Option("--out", help="Parent of the run directory.")] = Path("runs"),
-    rollouts: Annotated[int, typer.Option(min=1, help="Rollouts to collect.")] = 200,
-    concurrency: Annotated[int, typer.Option(min=1, help="Rollouts in flight.")] = 16,
-    fault_plan: Annotated[
-        Path | None,
-        typer.Option(exists=True, dir_okay=False, help="A fault plan JSON file (default: the packaged one)."),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the scripted policy and the fault draws.")] = 0,
-    model_base_url: Annotated[
-        str | None,
-        typer.Option(
-            "--model-base-url",
-            envvar="GYM_DEMO_MODEL_BASE_URL",
-            help="An OpenAI-compatible base URL for the policy instead of the scripted one; the key "
-            "comes from $GYM_DEMO_MODEL_API_KEY or $OPENAI_API_KEY.",
-        ),
-    ] = None,
-    model_name: Annotated[
-        str | None,
-        typer.Option("--model-name", envvar="GYM_DEMO_MODEL_NAME", help="The external policy model."),
-    ] = None,
-    stream: Annotated[
-        _StreamMode, typer.Option("--stream", help="Whether the policy's calls stream their replies.")
-    ] = _StreamMode.AUTO,
-    policy_timeout: Annotated[
-        float | None,
-        typer.Option(
-            "--policy-timeout",
-            min=0.001,
-            help="Seconds one policy call may take (default: the fault plan's, or 60 with an "
-            "external model).",
-        ),
-    ] = None,
-) -> None:
-    """Run the local demo gym with injected faults, then summarize, gate and explain what it saved.
+def _run_demo(arguments: argparse.Namespace) -> int:
+    import os
 
-    Starts a model server, a resources server (verifier, judge, sandbox) and an agent server on
-    loopback, collects the rollouts into `<out>/<timestamp>/`, prints the summary, the gate's verdict
-    and the cause tree of the most telling failed rollout, and writes `report.html` there.
-    """
-    try:
-        from gym_failures.demo import DemoOptionsError, run_demo
-    except ImportError as error:
-        stderr().print(Text(f"Error: demo needs gym-failures[demo] ({error})", style="red"))
-        raise typer.Exit(code=1) from None
+    from gym_failures.cli._live import live_collection
+    from gym_failures.demo import DemoOptionsError, run_demo
 
-    console = stdout()
+    if arguments.fault_plan is not None and not arguments.fault_plan.is_file():
+        raise CommandError(f"--fault-plan {arguments.fault_plan}: no such file")
     with live_collection() as on_progress:
         try:
             run_dir = run_demo(
-                out,
-                rollouts=rollouts,
-                concurrency=concurrency,
-                fault_plan=fault_plan,
-                seed=seed,
-                policy_base_url=model_base_url,
-                policy_model=model_name,
-                stream=stream.value,
-                policy_timeout_s=policy_timeout,
+                arguments.out,
+                rollouts=arguments.rollouts,
+                concurrency=arguments.concurrency,
+                fault_plan=arguments.fault_plan,
+                seed=arguments.seed,
+                policy_base_url=arguments.model_base_url or os.environ.get("GYM_DEMO_MODEL_BASE_URL"),
+                policy_model=arguments.model_name or os.environ.get("GYM_DEMO_MODEL_NAME"),
+                stream=arguments.stream,
+                policy_timeout_s=arguments.policy_timeout,
                 on_progress=on_progress,
             )
         except KeyboardInterrupt:
-            stderr().print(Text("interrupted; every demo server is stopped", style="red"))
-            raise typer.Exit(code=130) from None
+            stderr_line("gym-failures demo: interrupted; every demo server is stopped")
+            return EXIT_INTERRUPTED
         except DemoOptionsError as error:  # a refused option (a model URL with secrets); never echoes them
-            raise _usage_error(str(error)) from None
-    files = [run_dir / "rollouts.jsonl", run_dir / "rollouts_failures.jsonl"]
-    summary = summarize_rows(files)
-    report = run_dir / "report.html"
-    report.write_text(render_html(summary), encoding="utf-8")
-    console.rule("Summary")
-    print_summary(summary)
-    console.rule("Acceptance gate")
-    verdict = acceptance.check(acceptance.read_coverage(files, rollouts), acceptance.GateThresholds())
-    print_verdict(verdict)
-    number = _most_telling_failure(files[1])
-    explanation = None if number is None else line_row(files[1], number)
-    if explanation is not None:
-        console.rule("The failed attempt with the longest cause chain")
-        console.print(explanation_tree(explanation))
-    console.rule("Files")
-    console.print(cell(f"rows:        {files[0]}\nfailures:    {files[1]}\nHTML report: {report}"))
-    console.print(
-        Text(
-            f"Next: gym-failures explain {files[1]} --rollout <id>   gym-failures gate {run_dir}",
-            style="dim",
-        )
+            raise CommandError(str(error)) from None
+    _show_demo(run_dir, arguments.rollouts)
+    return EXIT_OK
+
+
+def _show_demo(run_dir: Path, rollouts: int) -> None:
+    from gym_failures import gate as acceptance
+    from gym_failures.cli._render import (
+        explanation_tree,
+        print_rule,
+        print_summary,
+        print_tree,
+        print_verdict,
+        stdout_line,
     )
+    from gym_failures.reporting.html import render_html
+    from gym_failures.reporting.summary import summarize
+
+    files = [run_dir / "rollouts.jsonl", run_dir / "rollouts_failures.jsonl"]
+    summary = summarize(files)
+    verdict = acceptance.check(acceptance.read_coverage(files, rollouts), acceptance.GateThresholds())
+    explanation = longest_chain(files[1:])
+    report = run_dir / "report.html"
+    report.write_text(render_html(summary, verdict=verdict, explanation=explanation), encoding="utf-8")
+    print_rule("Summary")
+    print_summary(summary)
+    print_rule("Acceptance gate")
+    print_verdict(verdict)
+    if explanation is not None:
+        print_rule("The failed attempt with the longest cause chain")
+        print_tree(explanation_tree(explanation))
+    print_rule("Files")
+    stdout_line(f"rows:        {files[0]}\nfailures:    {files[1]}\nHTML report: {report}")
+    binary = program()
+    stdout_line(
+        f"Next: {binary} explain {shell_path(files[1])} --rollout <id>\n"
+        f"      {binary} gate {shell_path(run_dir)}",
+        style="dim",
+    )
+
+
+COMMANDS: Sequence[Callable[[Subcommands], None]] = (
+    add_summarize,
+    add_explain,
+    add_gate,
+    add_collect,
+    add_demo,
+    add_serve,
+)
+"""Every command, in the order `--help` lists them."""

@@ -107,17 +107,15 @@ def _plain_lines(stream: TextIO) -> Iterator[Callable[[CollectionProgress], None
 
 @contextmanager
 def metrics_endpoint(port: int, service_name: str) -> Iterator[None]:
-    """`/metrics` on `port` while the block runs; a clear error (exit 1) when it cannot be served."""
-    import typer
-    from rich.text import Text
-
+    """`/metrics` on `port` while the block runs; a clear one-line error (exit 1) when it cannot be
+    served (the `prometheus` extra is missing, or the port is taken)."""
+    from gym_failures.cli._app import EXIT_FAILED, CommandError
     from gym_failures.telemetry import MetricsUnavailable, serve_metrics
 
     try:
         server = serve_metrics(port, service_name=service_name)
-    except (MetricsUnavailable, OSError) as error:  # the extra is missing, or the port is taken
-        stderr().print(Text(f"Error: cannot serve metrics on port {port}: {error}", style="red"))
-        raise typer.Exit(code=1) from None
-    stderr().print(Text(f"metrics: {server.url}", style="dim"))
+    except (MetricsUnavailable, OSError) as error:
+        raise CommandError(f"cannot serve metrics on port {port}: {error}", status=EXIT_FAILED) from None
+    stderr().print(f"metrics: {server.url}", style="dim", highlight=False)
     with server:
         yield

@@ -1,46 +1,47 @@
-"""How the command line shows rows, summaries, cause trees and verdicts on a terminal.
+"""How the command line shows rows, summaries, cause trees and verdicts on a terminal, with rich.
 
 Text from the rows (kinds, boundaries, stages, reasons, ids) is data, never markup or terminal
 commands: every such value reaches rich as a `Text` (no `[bold]` or `[link=...]` in a reason is
-interpreted), with the terminal control characters (C0 but tab and newline, DEL, C1) stripped, so an
-escape sequence saved in a reason cannot reach the terminal. `--json` keeps every value as saved; its
-DEL and C1 characters are written as `\\u` escapes (the same JSON), so the document is safe to print too.
+interpreted), cleaned by `gym_failures.cli._text.clean` (no terminal control characters).
 """
 
 from __future__ import annotations
 
-import re
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from gym_failures.cli._text import clean as _clean
 from gym_failures.failure_kinds import FailureClass
-from gym_failures.gate import GateVerdict
-from gym_failures.reporting.explain import EventNode, RowExplanation
-from gym_failures.reporting.summary import GroupCount, Summary
+
+if TYPE_CHECKING:  # annotations only: printing a verdict never loads duckdb
+    from gym_failures.gate import GateVerdict
+    from gym_failures.reporting.explain import EventNode, RowExplanation
+    from gym_failures.reporting.summary import GroupCount, Summary
 
 _CLASS_STYLES = {"model": "blue", "evaluation": "red", "unknown": "yellow"}
 
-# Terminal control characters: C0 but tab and newline, DEL, and C1.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_C1 = re.compile("[\x7f-\x9f]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich exits with status 1 here, which this command line keeps for "the answer is no"; the
+        # entry point turns a broken pipe into its own quiet status (141).
+        self.quiet = True
+        raise BrokenPipeError
 
 
 def _console(stderr: bool = False) -> Console:
     # Piped output is read by people later (CI logs, files): a fixed width keeps reasons and ids
     # whole instead of cut to the 80 columns rich assumes without a terminal.
-    console = Console(stderr=stderr, highlight=False)
-    return console if console.is_terminal else Console(stderr=stderr, highlight=False, width=160)
+    console = _Console(stderr=stderr, highlight=False)
+    return console if console.is_terminal else _Console(stderr=stderr, highlight=False, width=160)
 
 
 def stdout() -> Console:
@@ -53,18 +54,19 @@ def stderr() -> Console:
     return _console(stderr=True)
 
 
-def print_json(text: str) -> None:
-    """`text`, a JSON document, on stdout with DEL and C1 escaped."""
-    # JSON escapes C0 itself; DEL and C1 may stand raw in a string, and some terminals act on C1.
-    # Outside strings they cannot occur in valid JSON, so escaping them keeps the same document.
-    sys.stdout.write(_C1.sub(lambda match: f"\\u{ord(match.group()):04x}", text) + "\n")
+def stdout_line(text: str, style: str = "") -> None:
+    """`text` (which may come from the rows or the user) on stdout, control characters stripped."""
+    stdout().print(cell(text, style=style))
 
 
-def _clean(value: object) -> str:
-    """Text from a row for the terminal: `(none)` for None, terminal control characters stripped, a
-    lone surrogate (a row may hold "\ud800") replaced, since no terminal encoding can write it."""
-    text = _CONTROL.sub("", "(none)" if value is None else str(value))
-    return _SURROGATE.sub("\ufffd", text)
+def print_rule(title: str) -> None:
+    """A horizontal rule with `title`, between the sections of the demo's output."""
+    stdout().rule(title)
+
+
+def print_tree(tree: Tree) -> None:
+    """A cause tree on stdout."""
+    stdout().print(tree)
 
 
 def cell(value: object, style: str = "") -> Text:
@@ -80,6 +82,9 @@ def progress_bar(enabled: bool, description: str) -> Iterator[Callable[[float, f
     if not enabled or not console.is_terminal:
         yield None
         return
+    # rich.progress costs 5 ms of every command's start; only a bar drawn on a terminal needs it.
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
     columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task(description, total=None)

@@ -2,68 +2,93 @@
 
 from __future__ import annotations
 
-import logging
+import argparse
 from pathlib import Path
-from typing import Annotated
 
-import typer
+from gym_failures.cli._app import EXIT_OK, CommandError, Subcommands, add_command
 
-from gym_failures.model_endpoint import FAULTS
+__all__ = ["FAULT_NAMES", "add_serve"]
 
-__all__ = ["serve_app"]
-
-_FAULT_HELP = "\n\n".join(f"{name}: {what}" for name, what in FAULTS.items())
-
-serve_app = typer.Typer(
-    name="serve",
-    help="Run a server from this library for testing clients against real failure shapes.",
-    no_args_is_help=True,
+# Named here, not imported: building the parser must not load the endpoint (starlette, pydantic) on
+# every start of the command line. A test keeps this list equal to `model_endpoint.FAULTS`.
+FAULT_NAMES = (
+    "quota_429",
+    "server_503",
+    "server_500",
+    "drop_connection",
+    "cut_stream",
+    "stream_failed",
+    "slow",
+    "truncated",
+    "empty",
 )
 
 
-@serve_app.command(
-    "model",
-    help=(
-        "An OpenAI- and Anthropic-compatible model endpoint with fault injection: POST "
-        "/v1/responses, /v1/chat/completions and /v1/messages (plain and streamed), GET /v1/models "
-        "and GET /health. Force a fault on one request with the header `X-Gym-Fault: <name>` "
-        "(parameters: `; times=N; retry_after=S; delay=S; id=X`). The faults:\n\n" + _FAULT_HELP
-    ),
-)
-def model(
-    host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="The port to listen on.")] = 8000,
-    fault_plan: Annotated[
-        Path | None,
-        typer.Option(
-            "--fault-plan",
-            exists=True,
-            dir_okay=False,
-            help='A JSON plan of fault rates, e.g. {"rates": {"quota_429": 0.05}, "seed": 7}.',
-        ),
-    ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            "--api-key",
-            envvar="GYM_FAILURES_API_KEY",
-            help="Require this key (Bearer or x-api-key) on every /v1 request.",
-        ),
-    ] = None,
-) -> None:
+def add_serve(commands: Subcommands) -> None:
+    parser = add_command(
+        commands,
+        "serve",
+        _run_serve,
+        help="run a server from this library, for testing clients against real failure shapes",
+        description="serve model: an OpenAI- and Anthropic-compatible model endpoint with fault "
+        "injection: POST /v1/responses, /v1/chat/completions and /v1/messages (plain and streamed), "
+        "GET /v1/models and GET /health. Force a fault on one request with the header "
+        "`X-Gym-Fault: <name>` (parameters: `; times=N; retry_after=S; delay=S; id=X`); the faults: "
+        + ", ".join(FAULT_NAMES)
+        + " (docs/model_endpoint.md says what each does). Needs the demo extra.",
+        extra="demo",
+    )
+    parser.add_argument("server", choices=("model",), help="the server to run: model")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="the port to listen on (8000)")
+    parser.add_argument(
+        "--fault-plan",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help='a JSON plan of fault rates, e.g. {"rates": {"quota_429": 0.05}, "seed": 7}',
+    )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        metavar="KEY",
+        help="require this key (Bearer or x-api-key) on every /v1 request ($GYM_FAILURES_API_KEY)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve OpenTelemetry metrics at :PORT/metrics while running (the prometheus extra)",
+    )
+
+
+def _run_serve(arguments: argparse.Namespace) -> int:
+    import contextlib
+    import logging
+    import os
+
     import uvicorn
     from pydantic import ValidationError
 
+    from gym_failures.cli._live import metrics_endpoint
     from gym_failures.model_endpoint import ModelEndpoint, load_plan
     from gym_failures.redaction import MIN_KNOWN_SECRET, register_secret
 
+    if arguments.fault_plan is not None and not arguments.fault_plan.is_file():
+        raise CommandError(f"--fault-plan {arguments.fault_plan}: no such file")
     try:
-        plan = load_plan(fault_plan)
+        plan = load_plan(arguments.fault_plan)
     except (ValidationError, ValueError, OSError) as error:
-        typer.echo(f"the fault plan {fault_plan} is not valid: {error}", err=True)
-        raise typer.Exit(code=2) from None
+        reason = type(error).__name__ if isinstance(error, ValidationError) else str(error)
+        raise CommandError(f"--fault-plan {arguments.fault_plan}: not a valid plan ({reason})") from None
+    api_key = arguments.api_key or os.environ.get("GYM_FAILURES_API_KEY") or None
     if api_key and len(api_key) >= MIN_KNOWN_SECRET:
         register_secret(api_key)  # a failure text quoting it is scrubbed, whoever made it
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = ModelEndpoint(plan=plan, api_key=api_key or None).app()
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False)
+    app = ModelEndpoint(plan=plan, api_key=api_key).app()
+    with contextlib.ExitStack() as running:
+        if arguments.metrics_port is not None:
+            running.enter_context(metrics_endpoint(arguments.metrics_port, "gym-failures-model"))
+        uvicorn.run(app, host=arguments.host, port=arguments.port, log_config=None, access_log=False)
+    return EXIT_OK

@@ -10,8 +10,8 @@ A report marked `omitted` lost events on the way (one was too large to send, or 
 invalid); the explanation says so, and a chain that ends in such a report may have lost its causes.
 A kind this version does not register is shown as saved (`unregistered:<kind>`).
 
-Rows are found by line (`line_row`: 0-based, counting every line of the file, blank and invalid ones
-included, so the number matches `sed -n '<N+1>p'`) or by rollout (`rollout_rows`). A rollout row has a
+Rows are found by line (`line_row`: 1-based, counting every line of the file, blank and invalid ones
+included, as editors and `grep -n` count them) or by rollout (`rollout_rows`). A rollout row has a
 `result` (a success) or a `failure`; a row with neither (a record a tool wrote beside the rollouts, such
 as the demo's injected faults) is no outcome of any rollout: `rollout_rows` skips it, as the gate does,
 and `line_row` says what it is (`outcome` `"other"`) rather than calling it a success.
@@ -61,7 +61,7 @@ class RowExplanation(BaseModel):
 
     path: str
     line: int | None
-    """0-based line number in `path`, when known."""
+    """1-based line number in `path` (as `grep -n` counts), when known."""
     outcome: Literal["success", "failure", "other", "invalid", "torn"]
     rollout_id: str | None = None
     attempt: int | None = None
@@ -188,9 +188,9 @@ def _reward(value: object) -> float | None:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
-    """Every line of `path` with its 0-based number and whether it was terminated."""
+    """Every line of `path` with its 1-based number and whether it was terminated."""
     with path.open("rb") as handle:
-        for number, line in enumerate(handle):
+        for number, line in enumerate(handle, start=1):
             yield number, line, line.endswith(b"\n")
 
 
@@ -205,7 +205,7 @@ def _parsed(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def line_row(path: Path, line: int) -> RowExplanation | None:
-    """The explanation of line `line` (0-based, every line counted) of `path`; None past its end."""
+    """The explanation of line `line` (1-based, every line counted) of `path`; None past its end."""
     for number, text, terminated in _lines(path):
         if number != line:
             continue

@@ -1,8 +1,21 @@
 """A `Summary` as one self-contained HTML page: inline CSS and SVG charts, no script, no network.
 
-Charts: failure share by class, failure share by kind (coloured by the kind's class), and failures
-over attempt number (stacked by class). Every text from the rows is escaped, so a hostile reason
-cannot inject markup.
+The page holds the totals; the gate's verdict with its coverage (when given a `GateVerdict`); the
+failed attempt with the longest cause chain, as a nested list (when given its `RowExplanation`);
+charts of the failure share by class, by kind (coloured by the kind's class) and of failures over
+attempt number (stacked by class); and the tables by kind, boundary, stage and HTTP status, and of
+the most common reasons and quota resets.
+
+Decisions:
+
+- Responsive: a viewport meta, and every chart an SVG with a `viewBox` scaled to the page's width
+  (capped, so that text keeps about its drawn size). A bar chart puts each label on its own line
+  above its bar, so at 375 px its text is still about 10 px; long words and tables wrap or scroll
+  inside their own box, never the page (checked in headless Chromium at 375 and 1400 px).
+- A chart or a grouping with nothing to show (no failure rows; every value `(none)`, such as the
+  HTTP status of runs whose failures had none) is left out, with one line saying why, rather than
+  drawn empty.
+- Every text from the rows is escaped, so a hostile reason cannot inject markup.
 """
 
 from __future__ import annotations
@@ -12,6 +25,8 @@ from html import escape
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # only annotations need them: rendering a summary does not load duckdb
+    from gym_failures.gate import GateVerdict
+    from gym_failures.reporting.explain import EventNode, RowExplanation
     from gym_failures.reporting.summary import GroupCount, Summary
 
 __all__ = ["render_html"]
@@ -20,17 +35,32 @@ _CLASS_COLOURS = {"model": "#4e79a7", "evaluation": "#e15759", "unknown": "#9d9d
 _CLASS_ORDER = ("model", "evaluation", "unknown")
 # A kind chart taller than this many bars stops being readable; the rest are summed as "other".
 _MAX_KIND_BARS = 15
+# A bar chart's drawing width in SVG units; the page shows it at most this many CSS pixels wide, so
+# 12-unit text is never drawn larger than 12 px, and at 375 px (about 340 px of content) about 10 px.
+_BAR_CHART_WIDTH = 400
 
 _STYLE = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 64rem; color: #222; }
-h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
+*, *::before, *::after { box-sizing: border-box; }
+body { font: 15px/1.45 system-ui, sans-serif; margin: 0 auto; padding: 1rem; max-width: 64rem;
+       color: #222; overflow-wrap: break-word; }
+h1 { font-size: 1.4rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
+.scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; margin: .5rem 0; }
-th, td { border-bottom: 1px solid #ddd; padding: .25rem .75rem; text-align: left; vertical-align: top; }
-td.n { text-align: right; font-variant-numeric: tabular-nums; }
+th, td { border-bottom: 1px solid #ddd; padding: .25rem .6rem; text-align: left; vertical-align: top; }
+@media (max-width: 480px) { body { font-size: 14px; padding: .6rem; } th, td { padding: .2rem .3rem; } }
+td.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.sub td:first-child { padding-left: 1.8rem; }
 .legend span { display: inline-block; margin-right: 1rem; }
 .swatch { display: inline-block; width: .8rem; height: .8rem; margin-right: .3rem; vertical-align: -1px; }
+svg.chart { display: block; width: 100%; height: auto; }
 svg text { font: 12px system-ui, sans-serif; fill: #222; }
-code { font-size: 12px; }
+code, .dim, .reason { overflow-wrap: anywhere; } code { font-size: 13px; }
+.passed { color: #1a7f37; font-weight: bold; } .failed { color: #cf222e; font-weight: bold; }
+ul.tree, ul.tree ul { list-style: none; margin: 0; padding-left: 1.1rem; border-left: 1px solid #ccc; }
+ul.tree { padding-left: .6rem; }
+ul.tree li { margin: .35rem 0; }
+.kind { font-weight: bold; } .boundary { color: #0a6a8a; } .dim { color: #666; }
+.reason { font-style: italic; display: block; }
 """
 
 
@@ -43,23 +73,24 @@ def _percent(share: float) -> str:
 
 
 def _hbar_chart(bars: Sequence[tuple[str, int, float, str]]) -> str:
-    """Horizontal bars: (label, count, share, colour) each, the bar's length its share."""
-    if not bars:
-        return "<p>No failure rows.</p>"
-    label_width, bar_width, row_height = 260, 420, 22
-    height = row_height * len(bars) + 8
+    """Horizontal bars: (label, count, share, colour) each, the bar's length its share, the label
+    on its own line above the bar so that it keeps its size on a narrow screen."""
+    row_height, bar_height, count_room = 40, 12, 90
+    bar_width = _BAR_CHART_WIDTH - count_room
+    height = row_height * len(bars) + 4
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_width + bar_width + 140}" '
-        f'height="{height}" role="img">'
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {_BAR_CHART_WIDTH} {height}" '
+        f'style="max-width:{_BAR_CHART_WIDTH}px" role="img">'
     ]
     for index, (label, count, share, colour) in enumerate(bars):
         y = 4 + index * row_height
         length = max(1.0, share * bar_width) if count else 0.0
+        shown = label if len(label) <= 56 else label[:55] + "…"
         parts.append(
-            f'<text x="{label_width - 8}" y="{y + 15}" text-anchor="end">{escape(label[:40])}</text>'
-            f'<rect x="{label_width}" y="{y + 3}" width="{length:.1f}" height="{row_height - 6}" '
+            f'<text x="0" y="{y + 12}">{escape(shown)}</text>'
+            f'<rect x="0" y="{y + 17}" width="{length:.1f}" height="{bar_height}" '
             f'fill="{colour}"><title>{escape(label)}: {count}</title></rect>'
-            f'<text x="{label_width + length + 6:.1f}" y="{y + 15}">{count} ({_percent(share)})</text>'
+            f'<text x="{length + 6:.1f}" y="{y + 28}">{count} ({_percent(share)})</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -68,14 +99,13 @@ def _hbar_chart(bars: Sequence[tuple[str, int, float, str]]) -> str:
 def _attempt_chart(summary: Summary) -> str:
     """Columns per attempt number, stacked by class."""
     attempts = summary.by_attempt
-    if not attempts:
-        return "<p>No failure rows.</p>"
     column, gap, plot_height, top, bottom, left = 48, 24, 220, 12, 28, 48
     tallest = max(item.count for item in attempts) or 1
     width = left + len(attempts) * (column + gap) + gap
+    height = plot_height + top + bottom
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
-        f'height="{plot_height + top + bottom}" role="img">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
+        f'style="max-width:{width}px" role="img">',
         f'<line x1="{left}" y1="{top + plot_height}" x2="{width}" y2="{top + plot_height}" stroke="#888"/>',
         f'<text x="{left - 6}" y="{top + 10}" text-anchor="end">{tallest}</text>',
         f'<text x="{left - 6}" y="{top + plot_height}" text-anchor="end">0</text>',
@@ -87,10 +117,10 @@ def _attempt_chart(summary: Summary) -> str:
             count = item.by_class.get(name, 0)
             if not count:
                 continue
-            height = count / tallest * plot_height
-            y -= height
+            bar = count / tallest * plot_height
+            y -= bar
             parts.append(
-                f'<rect x="{x}" y="{y:.1f}" width="{column}" height="{height:.1f}" '
+                f'<rect x="{x}" y="{y:.1f}" width="{column}" height="{bar:.1f}" '
                 f'fill="{_CLASS_COLOURS[name]}"><title>attempt {item.attempt}, {name}: {count}</title></rect>'
             )
         parts.append(
@@ -113,98 +143,221 @@ def _legend() -> str:
     )
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric: frozenset[int]) -> str:
+def _table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    numeric: frozenset[int],
+    sub: frozenset[int] = frozenset(),
+) -> str:
+    """A table inside its own scrolling box; the rows whose index is in `sub` are indented."""
     if not rows:
         return "<p>None.</p>"
     head = "".join(f"<th>{escape(name)}</th>" for name in header)
     body = "".join(
-        "<tr>"
+        ('<tr class="sub">' if number in sub else "<tr>")
         + "".join(
-            f'<td class="n">{escape(str(cell))}</td>' if index in numeric else f"<td>{escape(str(cell))}</td>"
+            f'<td class="n">{escape(str(cell))}</td>' if index in numeric else f"<td>{_breakable(cell)}</td>"
             for index, cell in enumerate(row)
         )
         + "</tr>"
-        for row in rows
+        for number, row in enumerate(rows)
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _breakable(value: object) -> str:
+    """`value` escaped, with a line-break opportunity after each underscore: a kind such as
+    `model_policy_response_timeout` then wraps on a phone instead of widening its table."""
+    return escape(str(value)).replace("_", "_<wbr>")
+
+
+def _all_none(groups: Sequence[GroupCount]) -> bool:
+    return all(group.value is None for group in groups)
 
 
 def _group_table(title: str, groups: Sequence[GroupCount]) -> str:
+    heading = f"<h2>By {escape(title)}</h2>"
+    if _all_none(groups):
+        return heading + f"<p>No failure row names its {escape(title)}.</p>"
     rows = [(_label(group.value), group.count, group.final, _percent(group.share)) for group in groups]
-    return f"<h2>By {escape(title)}</h2>" + _table(
-        (title, "failure rows", "final", "share"), rows, frozenset({1, 2, 3})
+    return heading + _table((title, "failure rows", "final", "share"), rows, frozenset({1, 2, 3}))
+
+
+def _verdict_section(verdict: GateVerdict) -> str:
+    coverage = verdict.coverage
+    rows: list[tuple[str, int, str]] = [("expected", coverage.expected, "")]
+    rows.append(("scored", coverage.scored, _percent(coverage.share(coverage.scored))))
+    for name in _CLASS_ORDER:
+        for label, counts in (("failed", coverage.failed), ("gate-derived", coverage.gate_derived)):
+            count = counts.get(name, 0)
+            if count or name != "unknown":
+                rows.append((f"{label}, {name}", count, _percent(coverage.share(count))))
+    if coverage.unscored:
+        rows.append(("unscored (no verdict)", coverage.unscored, _percent(coverage.share(coverage.unscored))))
+    rows.append(("missing", coverage.missing, _percent(coverage.share(coverage.missing))))
+    if coverage.unexpected:
+        rows.append(("unexpected", coverage.unexpected, ""))
+    state = '<span class="passed">PASSED</span>' if verdict.passed else '<span class="failed">FAILED</span>'
+    reasons = "".join(f"<li>{escape(reason)}</li>" for reason in verdict.reasons)
+    warnings = "".join(f"<li>{escape(warning)}</li>" for warning in verdict.warnings)
+    return (
+        "<h2>Acceptance gate</h2>"
+        f"<p>{state} · {escape(coverage.line)}</p>"
+        + (f"<ul>{reasons}</ul>" if reasons else "")
+        + (f'<p class="dim">Warnings:</p><ul class="dim">{warnings}</ul>' if warnings else "")
+        + _table(("rollouts", "count", "share"), rows, frozenset({1, 2}))
     )
 
 
-def render_html(summary: Summary, title: str = "gym-failures summary") -> str:
-    """`summary` as a self-contained HTML page."""
-    class_bars = [
-        (_label(group.value), group.count, group.share, _CLASS_COLOURS.get(str(group.value), "#9d9d9d"))
-        for group in summary.by_class
+def _event_item(node: EventNode, prefix: str) -> str:
+    event = node.event
+    parts = [
+        f"{escape(prefix)}",
+        f'<span class="boundary">[{escape(_label(event.get("boundary", "?")))}]</span> ',
+        f'<span class="kind">{escape(_label(event.get("failure_kind", "?")))}</span>',
     ]
-    kinds = summary.by_kind
-    kind_bars = [
-        (_label(kind.value), kind.count, kind.share, _CLASS_COLOURS.get(kind.failure_class, "#9d9d9d"))
-        for kind in kinds[:_MAX_KIND_BARS]
-    ]
-    if len(kinds) > _MAX_KIND_BARS:
-        rest = kinds[_MAX_KIND_BARS:]
-        kind_bars.append(
-            (
-                f"other ({len(rest)} kinds)",
-                sum(kind.count for kind in rest),
-                sum(kind.share for kind in rest),
-                "#c7c7c7",
+    for name, key in (("stage", "stage"), ("http", "http_status"), ("operation", "operation")):
+        if key in event:
+            parts.append(f" {name}={escape(_label(event[key]))}")
+    parts.append(f' <span class="dim">id={escape(_label(event.get("event_id")))}</span>')
+    if event.get("failure_reason"):
+        parts.append(f'<span class="reason">{escape(str(event["failure_reason"]))}</span>')
+    children = ""
+    if node.cause is not None:
+        children = f"<ul>{_event_item(node.cause, 'caused by ')}</ul>"
+    elif node.cause_shown_above is not None:
+        children = f'<ul><li class="dim">caused by {escape(node.cause_shown_above)} (shown above)</li></ul>'
+    elif node.causes_may_be_omitted:
+        children = '<ul><li class="dim">[omitted] causes may have been lost on the way</li></ul>'
+    return f"<li>{''.join(parts)}{children}</li>"
+
+
+def _cause_tree_section(explanation: RowExplanation) -> str:
+    where = explanation.path if explanation.line is None else f"{explanation.path}:{explanation.line}"
+    state = "failure"
+    if explanation.final:
+        state += f" · final ({explanation.final_reason or 'final'})"
+    elif explanation.final is False:
+        state += " · retried"
+    attempt = explanation.attempt if explanation.attempt is not None else "?"
+    items = []
+    failure = explanation.failure
+    if failure is not None:
+        items.append(
+            "<li>episode failure: "
+            f'<span class="kind">{escape(_label(failure.get("failure_kind") or "(no kind)"))}</span>'
+            + (f" stage={escape(_label(failure['stage']))}" if failure.get("stage") else "")
+            + f" terminal={escape(_label(failure.get('terminal'))).lower()}"
+            + (
+                f'<span class="reason">{escape(str(failure["failure_reason"]))}</span>'
+                if failure.get("failure_reason")
+                else ""
             )
+            + "</li>"
         )
+    if explanation.omitted:
+        items.append('<li class="dim">[omitted] this report lost events on the way</li>')
+    if explanation.tree is not None:
+        items.append(_event_item(explanation.tree, "✖ "))
+    if explanation.observations:
+        observed = "".join(_event_item(node, "") for node in explanation.observations)
+        items.append(f"<li>other observations<ul>{observed}</ul></li>")
+    return (
+        "<h2>The failed attempt with the longest cause chain</h2>"
+        f"<p><code>{escape(where)}</code> rollout {escape(_label(explanation.rollout_id))} · attempt "
+        f"{attempt} · {escape(state)}</p>"
+        f'<ul class="tree">{"".join(items)}</ul>'
+    )
+
+
+def _charts(summary: Summary) -> list[str]:
+    if not summary.failure_rows:
+        return ["<h2>Charts</h2>", "<p>No failure rows: nothing to chart.</p>"]
+    sections: list[str] = []
+    if not _all_none(summary.by_class):
+        bars = [
+            (_label(group.value), group.count, group.share, _CLASS_COLOURS.get(str(group.value), "#9d9d9d"))
+            for group in summary.by_class
+        ]
+        sections += ["<h2>Failure share by class</h2>", _hbar_chart(bars)]
+    kinds = summary.by_kind
+    if not _all_none(kinds):
+        kind_bars = [
+            (_label(kind.value), kind.count, kind.share, _CLASS_COLOURS.get(kind.failure_class, "#9d9d9d"))
+            for kind in kinds[:_MAX_KIND_BARS]
+        ]
+        if len(kinds) > _MAX_KIND_BARS:
+            rest = kinds[_MAX_KIND_BARS:]
+            count, share = sum(kind.count for kind in rest), sum(kind.share for kind in rest)
+            kind_bars.append((f"other ({len(rest)} kinds)", count, share, "#c7c7c7"))
+        sections += ["<h2>Failure share by kind</h2>", _legend(), _hbar_chart(kind_bars)]
+    if summary.by_attempt:
+        sections += ["<h2>Failures over attempt number</h2>", _legend(), _attempt_chart(summary)]
+    return sections
+
+
+def render_html(
+    summary: Summary,
+    title: str = "gym-failures summary",
+    *,
+    verdict: GateVerdict | None = None,
+    explanation: RowExplanation | None = None,
+) -> str:
+    """`summary` as a self-contained HTML page, with the gate's `verdict` and the cause tree of
+    `explanation` (the failed attempt with the longest cause chain) when given."""
     totals = [
         ("rows", summary.rows),
         ("success rows", summary.success_rows),
-        ("  of which recovered from failures", summary.recovered_success_rows),
+        ("of which recovered from failures", summary.recovered_success_rows),
         ("failure rows (failed attempts)", summary.failure_rows),
-        ("  of which final", summary.final_failure_rows),
+        ("of which final", summary.final_failure_rows),
         ("other lines (invalid, or not a row)", summary.other_rows),
         ("torn last lines (skipped)", len(summary.torn_tails)),
     ]
+    kinds = summary.by_kind
     sections = [
         f"<h1>{escape(title)}</h1>",
         "<p>Files: " + ", ".join(f"<code>{escape(name)}</code>" for name in summary.files) + "</p>",
-        _table(("", "count"), totals, frozenset({1})),
-        "<h2>Failure share by class</h2>",
-        _hbar_chart(class_bars),
-        "<h2>Failure share by kind</h2>",
-        _legend(),
-        _hbar_chart(kind_bars),
-        "<h2>Failures over attempt number</h2>",
-        _legend(),
-        _attempt_chart(summary),
-        "<h2>By kind</h2>",
-        _table(
-            ("kind", "class", "failure rows", "final", "share"),
-            [
-                (_label(kind.value), kind.failure_class, kind.count, kind.final, _percent(kind.share))
-                for kind in kinds
-            ],
-            frozenset({2, 3, 4}),
-        ),
-        _group_table("boundary", summary.by_boundary),
-        _group_table("stage", summary.by_stage),
-        _group_table("HTTP status", summary.by_http_status),
-        "<h2>Most common reasons</h2>",
-        _table(
-            ("count", "kind", "reason"),
-            [(reason.count, _label(reason.kind), reason.reason) for reason in summary.top_reasons],
-            frozenset({0}),
-        ),
-        "<h2>Quota reset times</h2>",
-        _table(
-            ("resets at", "quota events"),
-            [(reset.resets_at, reset.events) for reset in summary.quota_resets],
-            frozenset({1}),
-        ),
+        _table(("", "count"), totals, frozenset({1}), sub=frozenset({2, 4})),
     ]
+    if verdict is not None:
+        sections.append(_verdict_section(verdict))
+    if explanation is not None:
+        sections.append(_cause_tree_section(explanation))
+    sections += _charts(summary)
+    if summary.failure_rows:
+        sections += [
+            "<h2>By kind</h2>",
+            _table(
+                ("kind", "class", "failure rows", "final", "share"),
+                [
+                    (_label(kind.value), kind.failure_class, kind.count, kind.final, _percent(kind.share))
+                    for kind in kinds
+                ],
+                frozenset({2, 3, 4}),
+            ),
+            _group_table("boundary", summary.by_boundary),
+            _group_table("stage", summary.by_stage),
+            _group_table("HTTP status", summary.by_http_status),
+            "<h2>Most common reasons</h2>",
+            _table(
+                ("count", "kind", "reason"),
+                [(reason.count, _label(reason.kind), reason.reason) for reason in summary.top_reasons],
+                frozenset({0}),
+            ),
+        ]
+    if summary.quota_resets:
+        sections += [
+            "<h2>Quota reset times</h2>",
+            _table(
+                ("resets at", "quota events"),
+                [(reset.resets_at, reset.events) for reset in summary.quota_resets],
+                frozenset({1}),
+            ),
+        ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>\n"
         + "\n".join(sections)
         + "\n</body></html>\n"

@@ -66,7 +66,7 @@ from gym_failures.failure_kinds import (
     quota_reset_text,
 )
 from gym_failures.nemo_gym import LABEL_ALIASES, max_rollout_attempts
-from gym_failures.rows import torn_tail
+from gym_failures.rows import row_files, torn_tail
 
 __all__ = [
     "COLUMNS",
@@ -286,14 +286,14 @@ class Summary(BaseModel):
 
 
 def input_files(paths: Iterable[Path]) -> list[Path]:
-    """The files `paths` name: a file as itself, a directory as every `*.jsonl` directly inside it.
+    """The files `paths` name: a file as itself, a directory as its row files (`rows.row_files`).
 
     Raises `FileNotFoundError` for a path that does not exist.
     """
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            files.extend(sorted(child for child in path.glob("*.jsonl") if child.is_file()))
+            files.extend(row_files(path))
         elif path.exists():
             files.append(path)
         else:
