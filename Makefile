@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: test lint typecheck unit docs chromium bench demo clean
+.PHONY: test lint typecheck unit docs chromium bench fuzz demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
 test: lint typecheck docs unit
+
+# The fuzz targets (tests/fuzz) and the decoders' other property tests with 20,000 examples each:
+# minutes, not part of `make test`, which runs them with hypothesis's default budget.
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/fuzz tests/test_failure_header.py tests/test_redaction.py tests/test_rows.py
 
 # wrk drives the under-uvicorn middleware figures; without it (no root, no apt) they are skipped.
 bench: $(STAMP)
