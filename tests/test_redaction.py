@@ -316,6 +316,8 @@ HEX64, OTHER = "0123456789abcdef" * 4, "Zx81Kq02Lm" * 2
         (f"Incorrect API key provided: {HEX64}. You can find your key at ...", HEX64),
         (f"invalid api key {HEX64}", HEX64),
         (f"invalid_api_key: {OTHER}", OTHER),
+        ("stripe refused sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc", "4eC39HqLyjWDarjtT1zdp7dc"),
+        ("webhook secret whsec_test_" + "Zq9Kx81mNw02Lp", "Zq9Kx81mNw02Lp"),
     ],
 )
 def test_provider_keys_quoted_by_a_provider_are_redacted(text: str, secret: str) -> None:

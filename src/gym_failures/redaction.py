@@ -72,6 +72,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
     (re.compile(rf"(?i){_SCHEME}[^\s\"']*"), lambda match: _without_query(match.group())),
     (re.compile(r"(?i)\b(bearer|basic|token|digest)\s+[A-Za-z0-9._~+/=-]{4,}"), rf"\1 {REDACTED}"),
     (re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{6,}"), REDACTED),
+    (re.compile(r"\b(?:sk|pk|rk|whsec)_(?:live|test)_[A-Za-z0-9]{10,}"), REDACTED),  # Stripe-style keys
     (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{6,}"), REDACTED),
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{16,}"), REDACTED),
     (re.compile(r"\bAKIA[0-9A-Z]{12,}"), REDACTED),
@@ -103,7 +104,8 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
 # word, a key prefix, or a secret-sounding name. Most reasons hold none, and a few substring searches
 # cost a fraction of running the patterns (or one alternation regex, which backtracks per position).
 _SCREEN_WORDS = (
-    "://", "bearer", "basic", "token", "digest", "sk-", "pk-", "rk-", "xox", "ghp_", "gho_", "ghu_",
+    "://", "bearer", "basic", "token", "digest", "sk-", "pk-", "rk-", "_live_", "_test_", "xox",
+    "ghp_", "gho_", "ghu_",
     "ghs_", "ghr_", "akia", "aiza", "hf_", "gsk_", "xai-", "eyj", "key", "secret", "passw", "pwd",
     "auth", "cookie", "session", "signature", "credential",
 )  # fmt: skip
