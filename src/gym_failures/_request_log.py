@@ -73,7 +73,7 @@ def _empty_report() -> FailureReport:
     return EMPTY_REPORT
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RequestFailureLog:
     """The failures observed while one server request is served, other than the request's own failure.
 
@@ -99,6 +99,20 @@ class RequestFailureLog:
     dropped_model_operations: int = field(default=0, init=False)
     request_scope: Mapping[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
     """The ASGI scope of the request this log belongs to, when a server middleware opened it."""
+
+    def __init__(
+        self,
+        report: FailureReport = EMPTY_REPORT,
+        model_operations: dict[str, ModelOperationObservation] | None = None,
+        dropped_events: int = 0,
+    ) -> None:
+        # Written out rather than generated: the generated one calls a factory per field, and the
+        # middleware makes a log per request (0.15 -> 0.08 us).
+        self.report = report
+        self.model_operations = {} if model_operations is None else model_operations
+        self.dropped_events = dropped_events
+        self.dropped_model_operations = 0
+        self.request_scope = None
 
     def is_empty(self) -> bool:
         """Whether nothing was observed: no event, and nothing omitted."""
