@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -355,3 +356,105 @@ def test_a_success_body_carries_what_it_recovered_from_and_nothing_else() -> Non
     assert body.failure_report is not None
     assert len(body.failure_report.events) == 1
     assert body.failure_report.failure_id is None
+
+
+# --- Review findings (each reproduced before it was fixed) ---------------------------------------
+
+from gym_failures.failure_transport import observe_reply, reply_failure_report  # noqa: E402
+from gym_failures.redaction import forget_registered_secrets, register_secret  # noqa: E402
+
+PROVIDER_KEY = "plainProviderKeyZq9Review"
+
+
+@pytest.fixture
+def registered_key() -> Iterator[str]:
+    forget_registered_secrets()
+    register_secret(PROVIDER_KEY)
+    yield PROVIDER_KEY
+    forget_registered_secrets()
+
+
+async def test_a_registered_secret_never_reaches_a_reply_header(registered_key: str) -> None:
+    """Whether it came in a peer's report, an adapter's own SdkErrorDetails, or a handler's own reply."""
+    peer = FailureHeader.encode(
+        FailureReport.model_construct(
+            events={
+                "peerEvent0000001": FailureEvent(
+                    event_id="peerEvent0000001",
+                    boundary="model",
+                    failure_kind=MODEL_SERVER_ERROR,
+                    failure_reason=f"provider refused {registered_key}",
+                )
+            },
+            failure_id=None,
+            omitted=False,
+        )
+    )
+
+    async def observed(request: Request) -> Response:
+        observe_reply(peer)
+        return JSONResponse({})
+
+    async def sdk(request: Request) -> Response:
+        raise ModelFailure(
+            failure_kind=MODEL_SERVER_ERROR,
+            foreign_error=SdkErrorDetails(exception_type="x.APIError", message=f"bad key {registered_key}"),
+        )
+
+    async def manual(request: Request) -> Response:
+        failure = ModelFailure(failure_kind=PROVIDER_QUOTA_EXHAUSTED, failure_reason="quota", http_status=429)
+        failure.__cause__ = ModelFailure(
+            failure_kind=MODEL_SERVER_ERROR, failure_reason=f"k={registered_key}"
+        )
+        return JSONResponse({}, status_code=429, headers=reply_headers(failure))
+
+    app = Starlette(routes=[Route("/observed", observed), Route("/sdk", sdk), Route("/manual", manual)])
+    app.add_middleware(FailureReportMiddleware, boundary="model")
+    async with in_process(app) as client:
+        replies = [await client.get(path) for path in ("/observed", "/sdk", "/manual")]
+
+    for reply in replies:
+        assert FailureHeader.NAME in reply.headers
+        assert registered_key not in reply.headers[FailureHeader.NAME]
+        assert registered_key not in reply.text
+
+
+async def test_a_report_header_the_app_sets_in_mixed_case_is_scrubbed_too() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        failure = failure_quoting(SECRET)
+        value = FailureHeader.encode(failure.failure_report())[FailureHeader.NAME]
+        headers = [(b"X-NG-Failure-Report", value.encode())]
+        await send({"type": "http.response.start", "status": 500, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    wrapped = FailureReportMiddleware(app, boundary="model")
+    async with in_process(wrapped) as client:
+        reply = await client.get("/", headers={"authorization": f"Bearer {SECRET}"})
+
+    assert SECRET not in reply.headers[FailureHeader.NAME]
+
+
+async def test_a_server_without_the_middleware_scrubs_with_the_requests_scope() -> None:
+    async def handler(request: Request) -> Response:
+        failure = failure_quoting(request.cookies["sid"])
+        return JSONResponse({}, status_code=429, headers=reply_headers(failure, scope=request.scope))
+
+    app = Starlette(routes=[Route("/", handler)])
+    async with in_process(app) as client:
+        reply = await client.get("/", headers={"cookie": f'sid="{SECRET}"'})
+
+    assert reply.headers[FailureHeader.NAME]
+    assert SECRET not in reply.headers[FailureHeader.NAME]
+
+
+def test_every_report_for_a_reply_is_scrubbed_whichever_name_makes_it() -> None:
+    log = request_log(SECRET)
+    failure = failure_quoting(SECRET)
+    token = RequestFailureLog._current.set(log)
+    try:
+        reports = [log.reply_report(failure), reply_report(failure), reply_failure_report(failure)]
+    finally:
+        RequestFailureLog._current.reset(token)
+    for report in reports:
+        assert report is not None
+        assert SECRET not in report.model_dump_json()

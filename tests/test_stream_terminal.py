@@ -134,3 +134,41 @@ async def test_relay_stream_says_through_its_reader_how_the_stream_ended() -> No
             relayed = b"".join([chunk async for chunk in relay_stream(chunks(stream), reader=reader)])  # type: ignore[arg-type]
         assert relayed == stream
         assert reader.terminal_seen is seen
+
+
+# --- Chunking never changes the answer (a review found small last chunks read as a cut stream) ------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from gym_failures._stream_reader import StreamFailureReportReader as _Reader  # noqa: E402
+
+_EVENTS = st.sampled_from(
+    [
+        b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta"}\n\n',
+        b'data: {"type":"response.output_text.delta","delta":"x"}\n\n',
+        b'event: response.completed\ndata: {"type":"response.completed"}\n\n',
+        b'data: {"type":"response.completed","response":{}}\n\n',
+        b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n',
+        b"data: [DONE]\n\n",
+        b": keep-alive\n\n",
+    ]
+)
+
+
+def _terminal_seen(chunks: list[bytes]) -> bool:
+    reader = _Reader()
+    for chunk in chunks:
+        reader.feed(chunk)
+    reader.finish()
+    return reader.terminal_seen
+
+
+@given(events=st.lists(_EVENTS, min_size=1, max_size=6), cuts=st.lists(st.integers(0, 400), max_size=12))
+def test_terminal_seen_does_not_depend_on_how_the_stream_is_chunked(
+    events: list[bytes], cuts: list[int]
+) -> None:
+    stream = b"".join(events)
+    points = sorted({min(cut, len(stream)) for cut in cuts})
+    chunks = [stream[start:end] for start, end in zip([0, *points], [*points, len(stream)], strict=True)]
+    assert _terminal_seen(chunks) == _terminal_seen([stream])

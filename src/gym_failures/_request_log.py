@@ -186,7 +186,12 @@ class RequestFailureLog:
         return CURRENT_REQUEST_LOG.get()
 
     def reply_report(self, error: BaseException | None) -> FailureReport:
-        """The request's own failure (`error`, `None` on success) merged with the log, as it stands:
-        not yet scrubbed or fitted. What a reply sends is made from it by `gym_failures.reply`."""
+        """The report for this request's reply: its own failure (`error`, `None` on success) and the
+        log, scrubbed of the request's own secrets and the registered ones (not yet fitted to the
+        header's bound: `gym_failures.reply.fit`)."""
+        # `reply` owns scrubbing and builds on this module: imported when first needed.
+        from gym_failures.reply import scrub
+
         failure = explicit_gym_failure(error)
-        return self.report if failure is None else failure.failure_report().merged(self.report)
+        report = self.report if failure is None else failure.failure_report().merged(self.report)
+        return scrub(report, self.request_secrets())

@@ -29,10 +29,11 @@ Decisions:
   was closed would be evidence silently lost. `finish` may be called again and returns the same report.
 - Whether the stream ended with its terminal event (`terminal_seen`) is decided by `finish` from the
   stream's last event: a terminal `event:` name, a data line whose leading `"type"` is terminal, or
-  the Chat Completions stream's `data: [DONE]`. The reader keeps references to the last two chunks
-  (never copies) to read that event; when it starts further back (a terminal event whose data line
-  is longer than a chunk and 64 KiB before it), the name of the last event seen open at a chunk
-  boundary decides. A report read from a terminal event means a terminal event was seen. A line
+  the Chat Completions stream's `data: [DONE]`. The reader keeps references to the last chunks that
+  together hold at least 64 KiB (never copies; however small the chunks) to read that event; when it
+  starts further back (a terminal event longer than 64 KiB), the name of the last event seen open at
+  a chunk boundary decides: an unnamed event that long is not read as terminal. A report read from
+  a terminal event means a terminal event was seen. A line
   the stream never ended is not an event: a stream cut inside its terminal event did not end with it.
 - A Chat Completions stream names no event types: its chunk that carries a `finish_reason`, and a
   chunk `{"error": {...}}` (vLLM's failed stream), are its terminal events for reading a report.
@@ -50,6 +51,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from collections.abc import Mapping
 from re import Pattern
 from typing import Any, ClassVar, Final
@@ -129,7 +131,8 @@ class StreamFailureReportReader:
     _TERMINAL_DATA: ClassVar[bytes] = b"[DONE]"
     """The Chat Completions stream's terminal data line, as OpenAI and vLLM send it."""
     _WINDOW: ClassVar[int] = 1 << 16
-    """The bytes of the chunk before the last read back by `finish` to find the stream's last event."""
+    """At least this many of the stream's last bytes are kept (by reference) for `finish` to find the
+    stream's last event in."""
 
     def __init__(self) -> None:
         self._pending = b""
@@ -146,9 +149,10 @@ class StreamFailureReportReader:
         self._closed = False
         self._guarded = True
         """Closed or at the stream's start: the one check the hot path makes for both."""
-        self._recent: bytes = b""
-        self._previous: bytes = b""
-        """The last two chunks, by reference: `finish` reads the stream's last event from them."""
+        self._tail: deque[bytes] = deque()
+        """The last chunks, by reference, together at least `_WINDOW` bytes (or the whole stream):
+        `finish` reads the stream's last event from them, however small the chunks were."""
+        self._tail_size = 0
         self._named: bytes | None = None
         """The name of the last event seen open at a chunk boundary."""
         self._fed = 0
@@ -162,8 +166,11 @@ class StreamFailureReportReader:
             chunk = self._after_bom(chunk)
         if not chunk:
             return
-        self._previous = self._recent
-        self._recent = chunk
+        tail = self._tail
+        tail.append(chunk)
+        self._tail_size += len(chunk)
+        while self._tail_size - len(tail[0]) >= self._WINDOW:
+            self._tail_size -= len(tail.popleft())
         self._fed += len(chunk)
         pending = self._pending
         found = chunk.find(_FIELD)
@@ -218,7 +225,8 @@ class StreamFailureReportReader:
         if not self._closed:
             self._closed = True
             self._terminal = self._ends_with_terminal_event()
-            self._recent = self._previous = b""
+            self._tail.clear()
+            self._tail_size = 0
             if self._pending_hit:
                 LOGGER.warning(
                     "a stream ended inside a line holding %s; an unfinished line is not read",
@@ -232,7 +240,7 @@ class StreamFailureReportReader:
 
     def _ends_with_terminal_event(self) -> bool:
         """Whether the stream's last complete event is terminal (see the module's decisions)."""
-        window = self._previous[-self._WINDOW :] + self._recent
+        window = b"".join(self._tail)
         end = max(window.rfind(b"\n"), window.rfind(b"\r"))
         text = window[: end + 1].rstrip(b"\r\n")
         if not text:

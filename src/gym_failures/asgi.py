@@ -102,6 +102,7 @@ ErrorShape = Literal["gym", "openai", "anthropic"]
 LOGGER = logging.getLogger(__name__)
 
 _HEADER_NAME = FailureHeader.NAME.lower().encode("ascii")
+_HEADER_LENGTH = len(_HEADER_NAME)
 _MAX_REDACTED_INPUT = 4 * 2000
 
 
@@ -156,7 +157,8 @@ class FailureReportMiddleware:
                     message = _with_report_header(message, log)
                 else:
                     for name, _ in headers:
-                        if name == _HEADER_NAME:
+                        # ASGI servers send lower-case names; an app may not (`X-NG-...`).
+                        if len(name) == _HEADER_LENGTH and name.lower() == _HEADER_NAME:
                             message = _with_report_header(message, log)
                             break
             await send(message)
@@ -242,7 +244,7 @@ class FailureReportMiddleware:
         """Reply for a request that failed before its response started: the one place that does."""
         secrets = log.request_secrets()
         failure = self._failure_of(error, log, secrets)
-        scrubbed = scrub(log.reply_report(failure), secrets)
+        scrubbed = log.reply_report(failure)
         fitted = fit(scrubbed)
         status = self._status_of(failure)
         record_reply(status, scrubbed, fitted)

@@ -33,7 +33,7 @@ from gym_failures._stream_reader import StreamFailureReportReader
 from gym_failures.failure_kinds import UNREGISTERED_KIND_PREFIX
 from gym_failures.failure_records import FailureReport, merged_taking_failure_id
 from gym_failures.failures import explicit_gym_failure
-from gym_failures.reply import reply_report
+from gym_failures.reply import reply_report, scrub
 
 __all__ = [
     "LOGGER",
@@ -182,11 +182,14 @@ def reply_failure_report(error: BaseException) -> FailureReport | None:
     """`error`'s explicit cause chain for the reply beside its `EpisodeFailure`; `None` without events.
 
     The producer keeps its kind, reason, terminality and stage on the failure; a cause's kind stays on
-    its event. This is the failure's own chain only: `report_for_current_request` adds the request's
-    observations and scrubs the request's secrets.
+    its event. This is the failure's own chain only (`report_for_current_request` adds the request's
+    observations), scrubbed as every report that leaves a server is.
     """
     failure = explicit_gym_failure(error)
-    return None if failure is None else failure.failure_report()
+    if failure is None:
+        return None
+    log = RequestFailureLog.current()
+    return scrub(failure.failure_report(), [] if log is None else log.request_secrets())
 
 
 def report_for_current_request(error: BaseException | None) -> FailureReport:

@@ -153,6 +153,15 @@ def _bounded_details(details: FailureDetails | Mapping[str, Any] | None) -> Any:
     return details
 
 
+def _bounded_foreign(error: SdkErrorDetails | None) -> SdkErrorDetails | None:
+    """An adapter may build `SdkErrorDetails` itself rather than with `sdk_error_details`: its
+    message is redacted and cut here too."""
+    if error is None:
+        return None
+    message = _bounded_reason(error.message)
+    return error if message == error.message else error.model_copy(update={"message": message})
+
+
 def _http_status(status: object) -> int | None:
     """`status` when it is a real int in 100-599; anything else is no evidence."""
     return status if type(status) is int and 100 <= status <= 599 else None
@@ -261,7 +270,7 @@ class NgFailureEvent(Exception):
             operation_id=operation_id,
             attempt_id=attempt_id,
             details=_bounded_details(details),
-            foreign_error=foreign_error,
+            foreign_error=_bounded_foreign(foreign_error),
             exception_type=None if exception_type is None else bounded_text(exception_type, _MAX_NAME),
         )
         super().__init__(self._event.failure_reason)
@@ -554,7 +563,10 @@ number, is bounded here rather than trusted: a hint can come from a peer's heade
 def _bounded_wait(seconds: float) -> float | None:
     if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds != seconds:
         return None
-    return min(max(float(seconds), 0.0), MAX_RETRY_AFTER_S)
+    try:
+        return min(max(float(seconds), 0.0), MAX_RETRY_AFTER_S)
+    except OverflowError:  # an int past a float's range: a wait past any bound
+        return MAX_RETRY_AFTER_S if seconds > 0 else 0.0
 
 
 def retry_hint_s(failure: BaseException | None, *, now: float | None = None) -> float | None:

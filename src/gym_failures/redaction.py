@@ -33,6 +33,7 @@ __all__ = [
     "MIN_KNOWN_SECRET",
     "REDACTED",
     "forget_registered_secrets",
+    "has_registered_secrets",
     "redact",
     "redact_values",
     "register_secret",
@@ -157,6 +158,12 @@ def forget_registered_secrets() -> None:
         _REGISTERED_SECRETS, _REGISTERED_PATTERNS = frozenset(), ()
 
 
+def has_registered_secrets() -> bool:
+    """Whether the process registered any secret or pattern: then every text that leaves is redacted,
+    whatever the request held."""
+    return bool(_REGISTERED_SECRETS or _REGISTERED_PATTERNS)
+
+
 def redact(text: str, known_secrets: Iterable[str] = ()) -> str:
     """`text` without the known and registered secrets and anything shaped like a credential or a
     URL secret."""
@@ -263,24 +270,35 @@ _MAX_DEPTH = 64
 
 
 def redact_values(value: Any, secrets: Sequence[str], _depth: int = 0) -> Any:
-    """`value` (a row, a reply body: dicts, lists and scalars) with each of `secrets` replaced in every
-    string in it, keys left as they are. Only these known values are replaced, never a pattern: the
-    rest of a row (a policy's answer) is data, and stays as it was."""
-    known = [secret for secret in secrets if len(secret) >= MIN_KNOWN_SECRET]
-    if not known:
+    """`value` (a row, a reply body: dicts, lists and scalars) with each of `secrets`, each registered
+    secret and each match of a registered pattern replaced in every string in it, keys left as they
+    are. Only these are replaced, never the built-in credential shapes: the rest of a row (a policy's
+    answer) is data, and stays as it was."""
+    known = sorted(
+        {secret for secret in secrets if len(secret) >= MIN_KNOWN_SECRET} | _REGISTERED_SECRETS,
+        key=len,
+        reverse=True,
+    )
+    if not known and not _REGISTERED_PATTERNS:
         return value
+    return _replaced(value, known, _REGISTERED_PATTERNS, _depth)
+
+
+def _replaced(value: Any, known: list[str], patterns: tuple[re.Pattern[str], ...], depth: int) -> Any:
     if isinstance(value, str):
-        for secret in sorted(known, key=len, reverse=True):
+        for secret in known:
             value = value.replace(secret, REDACTED)
+        for pattern in patterns:
+            value = pattern.sub(REDACTED, value)
         return value
-    if _depth >= _MAX_DEPTH and isinstance(value, dict | list):
+    if depth >= _MAX_DEPTH and isinstance(value, dict | list):
         text = json.dumps(value)
-        for secret in sorted(known, key=len, reverse=True):
+        for secret in known:
             # As the secret is written inside a JSON string: a quote or backslash in it is escaped.
             text = text.replace(json.dumps(secret)[1:-1], REDACTED)
         return json.loads(text)
     if isinstance(value, dict):
-        return {key: redact_values(item, known, _depth + 1) for key, item in value.items()}
+        return {key: _replaced(item, known, patterns, depth + 1) for key, item in value.items()}
     if isinstance(value, list):
-        return [redact_values(item, known, _depth + 1) for item in value]
+        return [_replaced(item, known, patterns, depth + 1) for item in value]
     return value

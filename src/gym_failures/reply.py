@@ -15,6 +15,9 @@ raising it, such as a 429 that must stay a 429 (`reply_headers`):
             failure with its origin id; a chain that alone is too large is sent as `{"omitted": true}`
     encode  the `X-NG-Failure-Report` header value, or the terminal stream event's field
 
+Servers without the middleware pass the request's ASGI scope (`scope=request.scope`) to these
+functions, so the request's credentials are known to the scrub as the middleware knows them.
+
 `reply_report` is the report after scrubbing, before fitting: what a reply's body carries
 (`BaseEpisodeResponse.failure_report` has no header to fit); `episode_response` builds that whole
 body, its `EpisodeFailure` reason scrubbed the same way. `reply_headers` and
@@ -28,14 +31,14 @@ failure's own chain, `reply_failure_report` that chain for the body beside an `E
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from gym_failures._header import OMITTED_HEADER_VALUE, FailureHeader
 from gym_failures._request_log import RequestFailureLog
 from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureEvent, FailureReport
-from gym_failures.failures import NgFailureEvent, bounded_text, explicit_gym_failure
-from gym_failures.redaction import CUT_MARK, redact
+from gym_failures.failures import NgFailureEvent, bounded_text
+from gym_failures.redaction import CUT_MARK, has_registered_secrets, redact
 
 __all__ = [
     "FittedReport",
@@ -58,41 +61,57 @@ class FittedReport(NamedTuple):
 
 
 def reply_report(
-    error: BaseException | None = None, *, log: RequestFailureLog | None = None
+    error: BaseException | None = None,
+    *,
+    log: RequestFailureLog | None = None,
+    scope: Mapping[str, Any] | None = None,
 ) -> FailureReport:
     """The report of the reply being sent: `error`'s explicit chain (the request's own failure, if it
     failed) and the observations of the request's log (default: the current one), scrubbed of the
-    request's own secrets. Not fitted to the header's bound. Outside a request: `error`'s chain, or
-    an empty report."""
+    request's own secrets and the registered ones. Not fitted to the header's bound.
+
+    A server without the middleware passes the request's ASGI `scope` (Starlette: `request.scope`), so
+    the request's credentials are known; with neither a log nor a scope, only the registered secrets
+    and credential shapes are removed."""
     if log is None:
         log = RequestFailureLog.current()
     if log is None:
-        failure = explicit_gym_failure(error)
-        return FailureReport() if failure is None else failure.failure_report()
-    return scrub(log.reply_report(error), log.request_secrets())
+        log = RequestFailureLog()
+        log.request_scope = scope
+    return log.reply_report(error)
 
 
-def reply_headers(error: BaseException | None = None) -> dict[str, str]:
+def reply_headers(
+    error: BaseException | None = None, *, scope: Mapping[str, Any] | None = None
+) -> dict[str, str]:
     """The report header for the reply being sent (`error`: the failure it replies with, if any):
-    built, scrubbed and fitted as the middleware does; `{}` when there is nothing to send."""
-    value = fit(reply_report(error)).header_value
+    built, scrubbed and fitted as the middleware does; `{}` when there is nothing to send. `scope`:
+    see `reply_report`."""
+    value = fit(reply_report(error, scope=scope)).header_value
     return {} if value is None else {FailureHeader.NAME: value}
 
 
-def stream_failure_field(error: BaseException | None = None) -> dict[str, Any]:
+def stream_failure_field(
+    error: BaseException | None = None, *, scope: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """`{STREAM_FIELD: report}` for the reply being streamed (with `error`, if the stream failed), to
-    merge into the payload of the stream's terminal event; `{}` when there is nothing to send."""
-    value = FailureHeader.stream_value(fit(reply_report(error)).report)
+    merge into the payload of the stream's terminal event; `{}` when there is nothing to send.
+    `scope`: see `reply_report`."""
+    value = FailureHeader.stream_value(fit(reply_report(error, scope=scope)).report)
     return {} if value is None else {FailureHeader.STREAM_FIELD: value}
 
 
 def episode_response(
-    *, result: dict[str, Any] | None = None, failure: NgFailureEvent | None = None, terminal: bool = False
+    *,
+    result: dict[str, Any] | None = None,
+    failure: NgFailureEvent | None = None,
+    terminal: bool = False,
+    scope: Mapping[str, Any] | None = None,
 ) -> BaseEpisodeResponse:
     """The body an environment server replies with for one episode attempt: `result` (it ran to a
     verdict) or `failure` (it did not; `terminal` says a retry cannot help), with the attempt's
-    report beside it. Every text in it is scrubbed of the request's own secrets, as a header is."""
-    report = reply_report(failure)
+    report beside it. Every text in it is scrubbed as a header is. `scope`: see `reply_report`."""
+    report = reply_report(failure, scope=scope)
     if failure is None:
         carried = report if report.events or report.omitted else None
         return BaseEpisodeResponse(result=result, failure_report=carried)
@@ -107,13 +126,16 @@ def episode_response(
 
 
 def scrub(report: FailureReport, secrets: Sequence[str]) -> FailureReport:
-    """`report` without any of `secrets` in a free-text field; `report` itself when none is there."""
-    if not secrets or not report.events:
+    """`report` without any of `secrets`, any registered secret or any match of a registered pattern
+    in a free-text field; `report` itself when none is there."""
+    registered = has_registered_secrets()
+    if (not secrets and not registered) or not report.events:
         return report
 
     def without_secrets(text: str, bound: int) -> str:
-        # A text cut at its bound may end in the first characters of a secret the cut went through.
-        if not text.endswith(CUT_MARK) and not any(secret in text for secret in secrets):
+        # A text cut at its bound may end in the first characters of a secret the cut went through;
+        # a registered secret can be anywhere, in any report that passes (a peer's too).
+        if not registered and not text.endswith(CUT_MARK) and not any(secret in text for secret in secrets):
             return text
         # The marker can be longer than the secret it replaces: cut again to keep the bound.
         return bounded_text(redact(text, secrets), bound)

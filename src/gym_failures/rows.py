@@ -73,6 +73,7 @@ __all__ = [
     "manifest_expected_rollouts",
     "manifest_path",
     "normalized",
+    "parse_line",
     "read_rows",
     "read_tasks",
     "repair_torn_tail",
@@ -212,6 +213,24 @@ def _holds_lone_surrogate(row: dict[str, Any]) -> bool:
     return False
 
 
+def parse_line(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """One saved line as a row, or `None` and why it is none: every reader of rows (`read_rows`,
+    `explain`, the HTML report's longest chain) reads a line this one way, as `summarize`'s SQL does.
+
+    A line is a row when it is a JSON object of valid text: a line holding a lone surrogate escape
+    (`"\\ud800"`) is valid JSON but no text, and DuckDB reads it as no row of ours either.
+    """
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError) as error:
+        return None, f"not JSON ({type(error).__name__})"
+    if not isinstance(value, dict):
+        return None, f"a JSON {type(value).__name__}, not an object"
+    if _LONE_SURROGATE_ESCAPE.search(line) and _holds_lone_surrogate(value):
+        return None, "holds a lone surrogate escape: not valid text"
+    return value, None
+
+
 def read_rows(
     path: Path, scan: JsonlScan | None = None, max_attempts: int | None = None
 ) -> Iterator[dict[str, Any]]:
@@ -227,15 +246,8 @@ def read_rows(
                 scan.torn_tail = line
                 _LOGGER.warning("%s: torn last line (%d bytes) skipped", path, len(line))
                 return
-            try:
-                row = json.loads(line)
-            except (ValueError, RecursionError):
-                row = None
-            if isinstance(row, dict) and _LONE_SURROGATE_ESCAPE.search(line) and _holds_lone_surrogate(row):
-                # Valid JSON, but not text: DuckDB (`summarize`) cannot read the row either, so both
-                # readers count it as no rollout's outcome.
-                row = None
-            if not isinstance(row, dict):
+            row, _ = parse_line(line)
+            if row is None:
                 if line.strip():
                     scan.invalid_lines.append(number)
                     _LOGGER.warning("%s:%d: not a JSON object of valid text, skipped", path, number)

@@ -654,14 +654,15 @@ def test_collect_with_a_bad_agent_url_is_a_usage_error_without_the_password(tmp_
     assert "pydantic" not in result.stderr
 
 
-def test_explain_reads_a_row_holding_a_lone_surrogate(tmp_path: Path) -> None:
-    """JSON may escape a lone surrogate; no terminal encoding can write one."""
+def test_explain_shows_a_row_holding_a_lone_surrogate_as_an_invalid_line(tmp_path: Path) -> None:
+    """JSON may escape a lone surrogate; such a line is no row (as `summarize` and `gate` read it),
+    and `explain` says so in text and in JSON instead of failing to print it."""
     failures = tmp_path / "rows_failures.jsonl"
     failure = '{"failure_kind": "judge_failed", "failure_reason": "bad \\ud800 byte", "terminal": true}'
     failures.write_text('{"rollout_id": "0:0", "attempt": 1, "final": true, "failure": ' + failure + "}\n")
     text = _invoke("explain", failures, "--line", "1")
     assert text.exit_code == 0
-    assert "bad \ufffd byte" in text.output
+    assert "invalid line: holds a lone surrogate escape" in text.output
     as_json = _invoke("explain", failures, "--line", "1", "--json")
     assert as_json.exit_code == 0
-    assert json.loads(as_json.output)[0]
+    assert json.loads(as_json.output)[0]["outcome"] == "invalid"

@@ -337,3 +337,25 @@ def test_skipped_lines_are_one_warning_not_one_a_line(tmp_path: Path) -> None:
 def without_progress(stderr: str) -> str:
     """`stderr` without the live view's plain progress lines (stderr is no terminal here)."""
     return "".join(line for line in stderr.splitlines(keepends=True) if not line.startswith("collecting: "))
+
+
+def test_collect_never_prints_the_agent_urls_credentials(tmp_path: Path) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"id": 0}])
+    url = f"http://user:Zq9UrlPassword@127.0.0.1:{free_port()}/?token=Zq9UrlQueryToken"
+    code, stdout, stderr = _run(
+        "collect", tasks, "--agent-url", url, "--output", tmp_path / "out.jsonl", "--max-attempts", "1"
+    )
+    assert code == EXIT_FAILED
+    assert "could not be reached" in stderr
+    for secret in ("Zq9UrlPassword", "Zq9UrlQueryToken"):
+        assert secret not in stdout + stderr
+
+
+def test_gate_reads_a_nemo_gym_reward_past_a_floats_range(tmp_path: Path) -> None:
+    rows = write_jsonl(
+        tmp_path / "rollouts.jsonl", [{"_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 10**400}]
+    )
+    code, stdout, stderr = _run("gate", rows, "--expected", "1")
+    assert code in (EXIT_OK, EXIT_FAILED)
+    assert "Traceback" not in stderr
+    assert "1 scored" in stdout or "of 1 scored" in stdout

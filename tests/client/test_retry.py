@@ -376,3 +376,17 @@ async def test_a_real_server_s_503s_are_retried_until_it_answers(log: RequestFai
     assert observed.outcome == "completed"
     assert observed.http_attempts == 3
     assert observed.retry_wait_s == 0
+
+
+@pytest.mark.parametrize("length", [126, 127, 128])
+async def test_an_operation_id_at_the_id_bound_keeps_every_attempt_id_within_it(
+    log: RequestFailureLog, length: int
+) -> None:
+    operation_id = "o" * length
+    call = Script(answered(503), answered(503))
+
+    await retry_model_call(call, operation_id=operation_id, max_attempts=3, **FAST)
+
+    assert [attempt_id[-2:] for attempt_id in call.attempts] == [".1", ".2", ".3"]
+    assert all(len(attempt_id) <= 128 for attempt_id in call.attempts)
+    assert operation(log, operation_id).outcome == "completed"

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gym_failures.asgi import FailureReportMiddleware
-from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure
+from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureReport
 from gym_failures.failure_transport import (
     observe_failure,
     reply_failure_report,
@@ -87,6 +87,17 @@ async def run(request: Request) -> Response:
             "failure_reason": "no verdict",
         }
         return JSONResponse(BaseEpisodeResponse(result=masked).model_dump(mode="json"))
+    if mode == "huge_body_report":
+        # A report built by hand, past the per-request log's 64 events: nothing bounded it on the way.
+        events = [
+            ModelFailure(failure_kind="model_server_error", failure_reason=f"retry {i}") for i in range(100)
+        ]
+        report = FailureReport()
+        for observed in events:
+            report = report.merged(observed.failure_report().model_copy(update={"failure_id": None}))
+        return JSONResponse(
+            BaseEpisodeResponse(result={"reward": 1.0}, failure_report=report).model_dump(mode="json")
+        )
     if mode == "quote_credentials":
         # A careless agent: its hand-built body quotes the request's Authorization header (the Basic
         # credential the collector's client made of the agent URL's user info), decoded too.

@@ -603,3 +603,41 @@ async def test_the_agent_urls_credentials_never_reach_a_row(tmp_path: Path, agen
     assert "refused" in saved, "the control: the agent quoted what it was sent"
     assert password not in saved
     assert token not in saved
+
+
+async def test_an_agent_url_with_a_query_keeps_it_after_the_run_path(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path, f"{agent_url}/?token=Zq9QueryToken", [{"mode": "ok"}])
+
+    summary = await collect(config)
+
+    assert summary.succeeded == 1
+    assert "Zq9QueryToken" not in config.output_path.read_text()
+
+
+async def test_an_agents_body_report_is_bounded_like_a_request_log(tmp_path: Path, agent_url: str) -> None:
+    """`huge_body_report` replies with 100 events in its body: past 64, the row's report is omitted."""
+    config = _config(tmp_path, agent_url, [{"mode": "huge_body_report"}])
+
+    await collect(config)
+
+    (row,) = _rows(config.output_path)
+    report = FailureReportRow.report(row)
+    assert len(report.events) <= 64
+    assert report.omitted
+
+
+async def test_a_password_the_excerpt_cut_through_is_removed_from_the_row(
+    tmp_path: Path, agent_url: str
+) -> None:
+    """The kept body excerpt is cut at 512 characters with the mark, so the collector's own scrub sees
+    the first characters of its URL's password there too."""
+    password = "Zq9CutThroughPassword"
+    url = agent_url.replace("http://", f"http://collector:{password}@")
+    body = "x" * 505 + password
+    config = _config(tmp_path, url, [{"mode": "error_body", "body": body}], max_attempts=1)
+
+    await collect(config)
+
+    saved = config.failures_path.read_text()
+    assert "xxxx" in saved, "the control: the excerpt was kept"
+    assert password[:6] not in saved

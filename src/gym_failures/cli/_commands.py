@@ -520,6 +520,7 @@ def _run_collect(arguments: argparse.Namespace) -> int:
 
 
 def _no_success(failures: Path, agent_url: str, tried: int) -> int:
+    from gym_failures.redaction import url_without_secrets
     from gym_failures.rows import read_rows
 
     kinds = Counter(
@@ -529,7 +530,10 @@ def _no_success(failures: Path, agent_url: str, tried: int) -> int:
     )
     common = ", ".join(f"{kind} {count}" for kind, count in kinds.most_common(3)) or "no failure rows"
     if kinds and set(kinds) <= _TRANSPORT_KINDS:
-        stderr_line(f"gym-failures collect: the agent at {agent_url} could not be reached ({common})")
+        stderr_line(
+            f"gym-failures collect: the agent at {url_without_secrets(agent_url)} could not be reached "
+            f"({common})"
+        )
     else:
         stderr_line(f"gym-failures collect: none of {tried} rollouts succeeded ({common})")
     return EXIT_FAILED
@@ -543,6 +547,7 @@ def longest_chain(files: Iterable[Path]) -> RowExplanation | None:
     one on a further tie; None when no row has a failure event."""
     from gym_failures.failure_transport import FailureReportRow
     from gym_failures.reporting.explain import line_row
+    from gym_failures.rows import parse_line
 
     best: tuple[int, bool, int, int] | None = None
     where: tuple[Path, int] | None = None
@@ -551,11 +556,8 @@ def longest_chain(files: Iterable[Path]) -> RowExplanation | None:
             for number, line in enumerate(handle, start=1):
                 if b'"failure"' not in line and b"_ng_failure_class" not in line:
                     continue
-                try:
-                    row = json.loads(line)
-                except (ValueError, RecursionError):
-                    continue
-                if not isinstance(row, dict):
+                row, _ = parse_line(line)
+                if row is None:
                     continue
                 report = FailureReportRow.report(row)
                 depth, event_id = 0, report.failure_id

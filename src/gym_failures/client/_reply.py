@@ -28,6 +28,7 @@ from gym_failures.failures import (
     MAX_RETRY_AFTER_S,
     HttpDetails,
     NgFailureEvent,
+    bounded_text,
     failure_type_for,
     rebuild_failure,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "DEFAULT_KIND_BY_BOUNDARY",
     "MAX_CONTENT",
     "MAX_EXCERPT",
+    "body_excerpt",
     "raise_boundary_failure",
     "raise_for_status",
     "remote_failure",
@@ -87,6 +89,13 @@ def retry_after_s(headers: Mapping[str, str]) -> float | None:
     return min(max(0.0, wait), MAX_RETRY_AFTER_S)
 
 
+def body_excerpt(body: str) -> str:
+    """The part of a failed reply's body kept as evidence: its first `MAX_EXCERPT` characters, redacted
+    before the cut (only a bounded head is redacted: the body can be 64 KiB) and cut with the mark, so
+    a later scrub with more secrets (the collector's) sees where a secret was cut through."""
+    return bounded_text(redact(body[: 4 * MAX_EXCERPT]), MAX_EXCERPT)
+
+
 async def _content(library: HttpLibrary, response: object) -> bytes:
     """The reply's body, at most `MAX_CONTENT` bytes: a failed reply's body is evidence, not data, and
     a peer can send one without end."""
@@ -113,7 +122,7 @@ async def _failure_for(
     status, headers, method, url = library.reply(response)
     content = await _content(library, response)
     safe_url = url_without_secrets(url)
-    excerpt = redact(content[: 4 * MAX_EXCERPT].decode("utf-8", "replace"))[:MAX_EXCERPT]
+    excerpt = body_excerpt(content.decode("utf-8", "replace"))
     details = HttpDetails(
         method=method,
         url=safe_url,

@@ -26,6 +26,9 @@ from gym_failures.failures import (
     new_event_id,
 )
 
+# Ids are at most 128 characters (`FailureEvent.attempt_id`, `ModelOperationObservation`).
+_MAX_ID = 128
+
 __all__ = ["retry_model_call"]
 
 T = TypeVar("T")
@@ -76,7 +79,9 @@ async def retry_model_call(
         )
 
     for attempt in range(1, max_attempts + 1):
-        attempt_id = f"{operation_id}.{attempt}"
+        # An id is at most 128 characters: a long operation id gives up its end, never the attempt's number.
+        suffix = f".{attempt}"
+        attempt_id = operation_id[: _MAX_ID - len(suffix)] + suffix
         budget = asyncio.timeout_at(_loop_deadline(deadline))
         try:
             async with budget:

@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from gym_failures.client._libraries import library_of
-from gym_failures.client._reply import DEFAULT_KIND_BY_BOUNDARY, MAX_EXCERPT, reply_failure, retry_after_s
+from gym_failures.client._reply import DEFAULT_KIND_BY_BOUNDARY, body_excerpt, reply_failure, retry_after_s
 from gym_failures.client._stream import stream_failure
 from gym_failures.client._transport import transport_kind
 from gym_failures.failure_records import FailureBoundary
@@ -72,7 +72,7 @@ from gym_failures.failures import (
     failure_type_for,
     sdk_error_details,
 )
-from gym_failures.redaction import redact, url_without_secrets
+from gym_failures.redaction import url_without_secrets
 
 __all__ = ["FAILURE_EXTENSION", "READER_EXTENSION", "observe_attempts", "observed_failure", "sdk_failure"]
 
@@ -115,7 +115,7 @@ def _details(response: Any, status: int | None, *, body: str = "") -> HttpDetail
         method=request.method,
         url=url_without_secrets(str(request.url)),
         status=status,
-        body_excerpt=redact(body[: 4 * MAX_EXCERPT])[:MAX_EXCERPT],
+        body_excerpt=body_excerpt(body),
         retry_after_s=retry_after_s(response.headers),
         delivery="answered",
     )

@@ -87,6 +87,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import yarl
@@ -110,6 +111,7 @@ from gym_failures.failures import (
     new_event_id,
 )
 from gym_failures.redaction import redact, redact_values, url_secrets, url_without_secrets
+from gym_failures.reply import own_chain
 from gym_failures.rollout_failure import Delivery, RolloutFailure, delivery_of
 from gym_failures.rows import (
     FAILURES_SUFFIX,
@@ -266,6 +268,27 @@ def _exclusive(config: CollectionConfig) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def _bounded_report(report: FailureReport) -> FailureReport:
+    """`report` within the per-request log's `MAX_EVENTS`: an agent's body report has no header bound,
+    and an agent can send any number of events. Past the bound, the failure's own chain is kept (cut at
+    the bound, its last kept event unlinked from what was cut) and the report marked omitted."""
+    if len(report.events) <= RequestFailureLog.MAX_EVENTS:
+        return report
+    chain = own_chain(report)
+    kept = dict(list(chain.events.items())[: RequestFailureLog.MAX_EVENTS]) if chain is not None else {}
+    for event_id, event in kept.items():
+        if event.cause_id is not None and event.cause_id not in kept:
+            kept[event_id] = event.model_copy(update={"cause_id": None})
+    failure_id = report.failure_id if report.failure_id in kept else None
+    return FailureReport.model_construct(events=kept, failure_id=failure_id, omitted=True)
+
+
+def _run_url(agent_url: str) -> str:
+    """`<agent_url>/run`, the path joined before a query string the URL carries (a token), not into it."""
+    parts = urlsplit(agent_url)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/run"))
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -652,7 +675,7 @@ class Collector:
     ) -> tuple[BaseEpisodeResponse, FailureReport, _Seen]:
         """One attempt's outcome, the report observed for it and what the collector saw of the
         exchange; never raises for a failed attempt."""
-        url = self.config.agent_url.rstrip("/") + "/run"
+        url = _run_url(self.config.agent_url)
         payload = {
             "task": rollout.task,
             "rollout_id": rollout_id(rollout.task_index, rollout.rollout_index),
@@ -678,7 +701,7 @@ class Collector:
                 # The header said `{"omitted": true}` alone: the report was too large for it, and the
                 # body carries it whole, with its own `omitted` flag.
                 header = FailureReport()
-            return response, body.merged(header), seen
+            return response, _bounded_report(body.merged(header)), seen
 
     async def _exchange(
         self, session: aiohttp.ClientSession, url: str, payload: dict[str, Any]

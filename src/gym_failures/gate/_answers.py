@@ -142,7 +142,7 @@ def has_verdict(row: Mapping[str, Any]) -> bool:
             row.get("reward_is_verdict") is True
             and isinstance(reward, int | float)
             and not isinstance(reward, bool)
-            and math.isfinite(reward)
+            and (isinstance(reward, int) or math.isfinite(reward))  # an int is finite, however long
         )
     verdict = verification.get("verdict")
     if isinstance(verdict, str):

@@ -23,7 +23,6 @@ events. So every cause the tree follows is there to show.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -33,7 +32,8 @@ from pydantic import BaseModel, ConfigDict
 
 from gym_failures.failure_records import FailureEvent, FailureReport
 from gym_failures.failure_transport import FailureReportRow
-from gym_failures.rows import is_not_persisted, is_rollout_row, normalized
+from gym_failures.failures import safe_text
+from gym_failures.rows import is_not_persisted, is_rollout_row, normalized, parse_line
 
 __all__ = ["MAX_TREE_DEPTH", "EventNode", "RowExplanation", "explain_row", "line_row", "rollout_rows"]
 
@@ -169,12 +169,32 @@ def explain_row(row: Mapping[str, Any], path: str = "", line: int | None = None)
         final_reason=row["final_reason"] if isinstance(row.get("final_reason"), str) else None,
         reward=_reward(reward),
         masked=row.get("masked") is True,
-        failure=dict(failure) if isinstance(failure, Mapping) else None,
+        failure=_envelope(failure),
         failure_id=report.failure_id,
         omitted=report.omitted,
         tree=tree,
         observations=observations,
     )
+
+
+_ENVELOPE_FIELDS = ("failure_kind", "failure_reason", "stage", "terminal")
+
+
+def _envelope(failure: object) -> dict[str, Any] | None:
+    """The row's `EpisodeFailure` as shown: its four fields, each a string, a bool or None (a saved
+    row can hold anything there, nested without end)."""
+    if not isinstance(failure, Mapping):
+        return None
+    shown: dict[str, Any] = {}
+    for name in _ENVELOPE_FIELDS:
+        value = failure.get(name)
+        if isinstance(value, str):
+            shown[name] = safe_text(value)
+        elif value is None or isinstance(value, bool):
+            shown[name] = value
+        else:
+            shown[name] = f"<not a string: a JSON {type(value).__name__}>"
+    return shown
 
 
 def _reward(value: object) -> float | None:
@@ -194,16 +214,6 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
             yield number, line, line.endswith(b"\n")
 
 
-def _parsed(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
-    try:
-        value = json.loads(line)
-    except (ValueError, RecursionError) as error:
-        return None, f"not JSON ({type(error).__name__})"
-    if not isinstance(value, dict):
-        return None, f"a JSON {type(value).__name__}, not an object"
-    return value, None
-
-
 def line_row(path: Path, line: int) -> RowExplanation | None:
     """The explanation of line `line` (1-based, every line counted) of `path`; None past its end."""
     for number, text, terminated in _lines(path):
@@ -216,7 +226,7 @@ def line_row(path: Path, line: int) -> RowExplanation | None:
                 outcome="torn",
                 problem=f"the last line is unterminated ({len(text)} bytes): a torn append, never a row",
             )
-        row, problem = _parsed(text)
+        row, problem = parse_line(text)
         if row is None:
             return RowExplanation(path=str(path), line=number, outcome="invalid", problem=problem)
         return explain_row(row, str(path), number)
@@ -234,7 +244,7 @@ def rollout_rows(paths: Iterable[Path], rollout_id: str) -> list[RowExplanation]
         for number, text, terminated in _lines(path):
             if not terminated or (plain and needle not in text and b'"rollout_id"' in text):
                 continue
-            row, _ = _parsed(text)
+            row, _ = parse_line(text)
             if row is None:
                 continue
             row = normalized(row)
