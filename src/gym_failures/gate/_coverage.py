@@ -278,7 +278,7 @@ def _coverage(
     expected = seen if expected is None else expected
     # Every value below is exactly its field's type (an `expected` of another type is left to
     # validation), which validation returns as it is: constructing is the same `Coverage` without
-    # building its validator, about a third of the gate's start-up (docs/benchmarks.md).
+    # building its validator, which `gym-failures gate` would pay at every start (docs/benchmarks.md).
     make = Coverage.model_construct if type(expected) is int else Coverage
     return make(
         expected=expected,
