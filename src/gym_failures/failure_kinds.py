@@ -487,7 +487,9 @@ def _validate_classification_kinds(rules: dict[str, T]) -> dict[str, T]:
 class StageClassificationConfig(BaseModel):
     """Classification overrides for an established originating stage."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Built on first validation, not at import: classifying with the default configuration validates
+    # nothing (see `_default_classification_config`), so `gym-failures gate` builds no validator here.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     by_failure_kind: dict[str, FailureClass] = Field(default_factory=dict)
     default_class: FailureClass | None = None
@@ -502,13 +504,15 @@ def _default_stage_classification() -> dict[FailureStage, StageClassificationCon
     # Before the policy acts (admission, seed) and after its outcome exists (cleanup), nothing that
     # fails is the policy's behaviour: a prompt over the context limit at admission is the data set's.
     # In the agent and verification stages the kind decides, unless a caller admits more context.
+    # `model_construct` with valid values is what validation returns (same values, same fields set)
+    # without building the validator; tests/gate/test_gate_startup.py checks it.
     evaluation = FailureClass.EVALUATION
     return {
-        "admission": StageClassificationConfig(default_class=evaluation),
-        "seed": StageClassificationConfig(default_class=evaluation),
-        "agent": StageClassificationConfig(),
-        "verification": StageClassificationConfig(),
-        "cleanup": StageClassificationConfig(default_class=evaluation),
+        "admission": StageClassificationConfig.model_construct(default_class=evaluation),
+        "seed": StageClassificationConfig.model_construct(default_class=evaluation),
+        "agent": StageClassificationConfig.model_construct(),
+        "verification": StageClassificationConfig.model_construct(),
+        "cleanup": StageClassificationConfig.model_construct(default_class=evaluation),
     }
 
 
@@ -548,7 +552,7 @@ class FailureClassificationConfig(BaseModel):
     observed failure events.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # see StageClassificationConfig
 
     by_failure_kind: dict[str, FailureClass] = Field(
         default_factory=lambda: {kind: cls for kind, (cls, _) in _DEFAULT_CLASSIFICATION.items()}
@@ -603,8 +607,13 @@ class FailureClassificationConfig(BaseModel):
 
 @cache
 def _default_classification_config() -> FailureClassificationConfig:
-    """Private read-only default for classification; caller-created configs remain independent."""
-    return FailureClassificationConfig()
+    """Private read-only default for classification; caller-created configs remain independent.
+
+    Without input, validation only fills the defaults (no default is validated, no validator runs on
+    one), which is what `model_construct()` does without building the validator: the gate's start-up
+    (`benchmarks/bench_startup.py`) builds no pydantic validator for it.
+    """
+    return FailureClassificationConfig.model_construct()
 
 
 # --- Classification ----------------------------------------------------------------------------
@@ -658,6 +667,20 @@ def classify_failure(
     if failure_kind is not None and failure_kind in config.by_failure_kind:
         return config.by_failure_kind[failure_kind]
     return config.default_class
+
+
+def http_status_can_change_class(
+    failure_kind: str | None, config: FailureClassificationConfig | None = None
+) -> bool:
+    """Whether `classify_failure(failure_kind, stage, http_status, config=config)` can depend on
+    `http_status` for some stage: only through a class override by status (`by_status_code`) or the
+    HTTP-derived reporting kind, which refines only a missing kind or one that restates an HTTP error.
+
+    A reader that holds a failure's kind can skip finding its status when this is False (the gate does,
+    so that it validates no saved report it does not need).
+    """
+    config = config or _default_classification_config()
+    return bool(config.by_status_code) or failure_kind is None or failure_kind in _HTTP_SHAPED_KINDS
 
 
 def is_evaluation_side(name: str, config: FailureClassificationConfig | None = None) -> bool:

@@ -55,7 +55,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gym_failures.failures import safe_text
 from gym_failures.nemo_gym import FAILURE_CLASS, FAILURE_TERMINAL, is_not_persisted, read_nemo_gym
 
 __all__ = [
@@ -369,6 +368,10 @@ def _dumps(row: Mapping[str, Any]) -> str:
 def _safe_texts(value: Any) -> Any:
     """`value` with every string in it (keys too) made writable as UTF-8 (`safe_text`)."""
     if isinstance(value, str):
+        # Imported on this rare path only: `failures` builds the records' models, which a reader of
+        # rows (`gym-failures gate`) never needs.
+        from gym_failures.failures import safe_text
+
         return safe_text(value)
     if isinstance(value, Mapping):
         return {_safe_texts(key): _safe_texts(item) for key, item in value.items()}

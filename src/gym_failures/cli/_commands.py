@@ -352,7 +352,7 @@ def _run_gate(arguments: argparse.Namespace) -> int:
 
     files = row_inputs(arguments.paths)
     given = {name: getattr(arguments, name) for name in GATE_DEFAULTS if getattr(arguments, name) is not None}
-    thresholds = acceptance.GateThresholds(**given)
+    thresholds = acceptance.GateThresholds(**given) if given else None  # None: the defaults
     coverage = acceptance.read_coverage(files, arguments.expected)
     if coverage.seen == 0:
         names = ", ".join(str(path) for path in files)

@@ -45,8 +45,8 @@ from gym_failures.failure_kinds import (
     FailureClassificationConfig,
     FailureStage,
     classify_failure,
+    http_status_can_change_class,
 )
-from gym_failures.failure_transport import FailureReportRow
 from gym_failures.gate._answers import DEFAULT_RULES, GateRule, derive_gate_kind, has_verdict
 from gym_failures.nemo_gym import FAILURE_HTTP_STATUS, max_rollout_attempts
 from gym_failures.rows import (
@@ -78,7 +78,9 @@ class Coverage(BaseModel):
     """What a run's saved rows cover: every expected rollout is scored, gate-derived, failed,
     unscored or missing (see the module docstring)."""
 
-    model_config = ConfigDict(frozen=True)
+    # Built on first validation or serialization: the gate itself makes a `Coverage` from values of
+    # exactly its field types (see `_coverage`), so `gym-failures gate` builds no validator for it.
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     expected: int
     seen: int
@@ -153,19 +155,35 @@ def _attempt(row: Mapping[str, Any]) -> int:
     return attempt if type(attempt) is int else 1
 
 
-def _failure_evidence(row: Mapping[str, Any]) -> tuple[str | None, FailureStage | None, int | None]:
+def _failure_evidence(
+    row: Mapping[str, Any], config: FailureClassificationConfig | None
+) -> tuple[str | None, FailureStage | None, int | None]:
     """The kind, stage and HTTP status of a failure row: the `EpisodeFailure`'s own kind and stage,
-    else its failure event's; the HTTP status is the failure event's."""
+    else its failure event's; the HTTP status is the failure event's, else the row's.
+
+    The saved report is read (and validated) only when the row's own kind and stage leave something
+    to find in it: a row with both whose status cannot change its class
+    (`http_status_can_change_class`) is classified alike whatever its report holds, so its status is
+    not looked up (None). tests/gate/test_gate_startup.py checks this against reading every report.
+    """
     failure = row.get("failure")
     failure = failure if isinstance(failure, Mapping) else {}
+    kind = failure.get("failure_kind")
+    kind = kind if isinstance(kind, str) else None
+    stage = failure.get("stage")
+    stage = stage if isinstance(stage, str) and stage in _STAGES else None
+    if kind is not None and stage is not None and not http_status_can_change_class(kind, config):
+        return kind, cast(FailureStage, stage), None
+    # Imported here: the report's models and the transport modules are the gate's largest start-up
+    # cost, and most failure rows are classified without them (see above).
+    from gym_failures.failure_transport import FailureReportRow
+
     report = FailureReportRow.report(row)
     event = report.events.get(report.failure_id) if report.failure_id is not None else None
-    kind = failure.get("failure_kind")
-    if not isinstance(kind, str):
-        kind = event.failure_kind if event is not None else None
-    stage = failure.get("stage")
-    if not (isinstance(stage, str) and stage in _STAGES):
-        stage = event.stage if event is not None else None
+    if kind is None and event is not None:
+        kind = event.failure_kind
+    if stage is None and event is not None:
+        stage = event.stage
     status = event.http_status if event is not None else None
     if status is None:
         # NeMo Gym's own key for the status, which gym-failures writes too (docs/rows.md).
@@ -188,7 +206,7 @@ def _outcome(
         return _Outcome(1, _attempt(row), "scored" if has_verdict(row) else "unscored")
     if row.get("final") is not True:
         return None
-    kind, stage, status = _failure_evidence(row)
+    kind, stage, status = _failure_evidence(row, config)
     failure_class = classify_failure(kind, stage, status, config=config).value
     return _Outcome(0, _attempt(row), "failed", kind, failure_class)
 
@@ -258,7 +276,11 @@ def _coverage(
             gate_by_kind[outcome.kind] += 1
     source: Literal["given", "rows_seen"] = "rows_seen" if expected is None else "given"
     expected = seen if expected is None else expected
-    return Coverage(
+    # Every value below is exactly its field's type (an `expected` of another type is left to
+    # validation), which validation returns as it is: constructing is the same `Coverage` without
+    # building its validator, which `gym-failures gate` would pay at every start (docs/benchmarks.md).
+    make = Coverage.model_construct if type(expected) is int else Coverage
+    return make(
         expected=expected,
         expected_source=source,
         seen=seen,

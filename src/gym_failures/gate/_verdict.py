@@ -21,7 +21,8 @@ class GateThresholds(BaseModel):
     - `max_missing` 0: every expected rollout has a final outcome.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Deferred, as `Coverage` is: the defaults need no validator (see `check`).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     min_scored_share: float = Field(default=0.95, ge=0.0, le=1.0)
     max_evaluation_share: float = Field(default=0.02, ge=0.0, le=1.0)
@@ -32,7 +33,7 @@ class GateThresholds(BaseModel):
 class GateVerdict(BaseModel):
     """The gate's answer: `passed`, each threshold the coverage failed, and what weakens the answer."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     passed: bool
     reasons: list[str]
@@ -44,7 +45,8 @@ class GateVerdict(BaseModel):
 
 def check(coverage: Coverage, thresholds: GateThresholds | None = None) -> GateVerdict:
     """`coverage` against `thresholds` (the defaults when None)."""
-    thresholds = thresholds or GateThresholds()
+    # `model_construct()` without input is `GateThresholds()`: validation would only fill the defaults.
+    thresholds = thresholds or GateThresholds.model_construct()
     reasons: list[str] = []
     if coverage.expected == 0:
         reasons.append("no rollouts expected or seen")
@@ -76,6 +78,10 @@ def check(coverage: Coverage, thresholds: GateThresholds | None = None) -> GateV
             "given and no collection manifest sits beside the rows): a rollout that left no row at all "
             "is not counted as missing"
         )
-    return GateVerdict(
+    # Validation would return these values as they are (model instances are not revalidated, the
+    # lists are this function's own strings): the same verdict without building the validator.
+    exact = isinstance(coverage, Coverage) and isinstance(thresholds, GateThresholds)
+    make = GateVerdict.model_construct if exact else GateVerdict
+    return make(
         passed=not reasons, reasons=reasons, coverage=coverage, thresholds=thresholds, warnings=warnings
     )
