@@ -544,7 +544,7 @@ class Collector:
                     self._save(failures, row, dispatched=False)
                     self.summary.failed_final += 1
                     self.summary.closed_on_resume += 1
-                await self._dispatch(rollouts, successes, failures)
+                await self.dispatch_rollouts(rollouts, successes, failures)
         return self.summary
 
     def in_flight(self) -> int:
@@ -557,9 +557,11 @@ class Collector:
         async with AttemptDispatcher(self.config, self.run_id) as dispatcher:
             yield dispatcher.row
 
-    async def _dispatch(
+    async def dispatch_rollouts(
         self, rollouts: list[PendingRollout], successes: RowWriter, failures: RowWriter
     ) -> None:
+        """Bring every rollout to a final outcome, each attempt's row `record`ed here: `in_flight`
+        workers, each running one rollout's attempts through the `dispatcher` at a time."""
         queue: asyncio.Queue[PendingRollout] = asyncio.Queue()
         for rollout in rollouts:
             queue.put_nowait(rollout)
@@ -619,18 +621,21 @@ class Collector:
         self, dispatch: AttemptFunction, rollout: PendingRollout, successes: RowWriter, failures: RowWriter
     ) -> None:
         attempt = rollout.next_attempt
-        while True:
-            outcome = await dispatch(rollout, attempt)
-            self.summary.attempts += 1
-            self.summary.dispatch_errors += outcome.dispatch_error
-            self._save(successes if outcome.succeeded else failures, outcome.row)
-            if outcome.succeeded:
-                self.summary.succeeded += 1
-                return
-            if outcome.final:
-                self.summary.failed_final += 1
-                return
+        while self.record(await dispatch(rollout, attempt), successes, failures):
             attempt += 1
+
+    def record(self, outcome: AttemptRow, successes: RowWriter, failures: RowWriter) -> bool:
+        """Save one attempt's row (through `_save`) and count it; whether its rollout goes on."""
+        self.summary.attempts += 1
+        self.summary.dispatch_errors += outcome.dispatch_error
+        self._save(successes if outcome.succeeded else failures, outcome.row)
+        if outcome.succeeded:
+            self.summary.succeeded += 1
+            return False
+        if outcome.final:
+            self.summary.failed_final += 1
+            return False
+        return True
 
 
 class AttemptDispatcher:

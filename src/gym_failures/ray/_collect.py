@@ -27,41 +27,72 @@ Decisions:
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import contextlib
+import itertools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import ray
 import ray.exceptions
 
-from gym_failures.collection import CollectionConfig, CollectionSummary
-from gym_failures.collection._run import (
-    AttemptDispatcher,
-    AttemptFunction,
-    AttemptRow,
-    Collector,
-    PendingRollout,
-)
+from gym_failures.collection import CollectionConfig, CollectionSummary, RowWriter
+from gym_failures.collection._run import AttemptDispatcher, AttemptRow, Collector, PendingRollout
 from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED
 from gym_failures.failures import CollectionFailure, exception_type_name
 from gym_failures.ray import gym_failure_of
 from gym_failures.rows import rollout_id
 from gym_failures.telemetry import CollectionProgress
 
+_Work = tuple[int, PendingRollout, int]
+"""An attempt sent to a worker: its ticket (unique in the run), the rollout, the attempt number."""
+
 
 class _AttemptWorker:
-    """A Ray actor's body: one `AttemptDispatcher`, entered in the actor's own event loop."""
+    """A Ray actor's body: one `AttemptDispatcher`, entered in the actor's own event loop, running
+    at most `concurrency` attempts at once; the attempts it was given wait their turn here."""
 
     def __init__(self, config: CollectionConfig, run_id: str) -> None:
         self._dispatcher = AttemptDispatcher(config, run_id)
         self._entered = False
+        self._slots: asyncio.Semaphore | None = None
+        self._done: list[tuple[int, AttemptRow]] = []
+        self._ready: asyncio.Event | None = None
+        self._running: set[asyncio.Task[None]] = set()
 
-    async def row(self, rollout: PendingRollout, attempt: int) -> AttemptRow:
+    async def exchange(self, work: list[_Work]) -> list[tuple[int, AttemptRow]]:
+        """Start `work`, then wait for at least one row and return every row finished since the last
+        exchange (with its ticket); nothing to wait for returns at once."""
         if not self._entered:
             # No await between the test and the set: concurrent first calls enter once.
             self._entered = True
+            self._slots = asyncio.Semaphore(self._dispatcher.config.concurrency)
+            self._ready = asyncio.Event()
             await self._dispatcher.__aenter__()
-        return await self._dispatcher.row(rollout, attempt)
+        assert self._ready is not None
+        for ticket, rollout, attempt in work:
+            task = asyncio.create_task(self._run(ticket, rollout, attempt))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+        if not self._done and self._running:
+            await self._ready.wait()
+        done, self._done = self._done, []
+        self._ready.clear()
+        return done
+
+    async def _run(self, ticket: int, rollout: PendingRollout, attempt: int) -> None:
+        assert self._slots is not None
+        assert self._ready is not None
+        async with self._slots:
+            try:
+                row = await self._dispatcher.row(rollout, attempt)
+            except Exception as error:
+                # `row` records every failed attempt itself; this is a fault of the worker, and
+                # an attempt without its row would hold its rollout forever.
+                row = self._dispatcher.failure_row(rollout, attempt, _lost(error, rollout, attempt))
+        self._done.append((ticket, row))
+        self._ready.set()
 
     def ready(self) -> bool:
         return True
@@ -70,8 +101,8 @@ class _AttemptWorker:
 class RayCollector(Collector):
     """A `Collector` whose attempts run on `workers` Ray workers, each with the config's concurrency.
 
-    `address` is a Ray cluster's address (`ray.init(address)`); `None` connects to the Ray this
-    process already runs, else to `RAY_ADDRESS`, else starts a local Ray for the run's duration.
+    `address` is a Ray cluster's address (`ray.init(address)`); `None` joins the Ray this process
+    already runs, else Ray's own choice (`RAY_ADDRESS`, else a new local Ray) for the run's duration.
     """
 
     def __init__(
@@ -89,12 +120,71 @@ class RayCollector(Collector):
         self.address = address
         self.workers: list[Any] = []
         """The running workers' actor handles (for tests and operators; empty outside a run)."""
+        self._tickets = itertools.count()
 
     def in_flight(self) -> int:
         return self.worker_count * self.config.concurrency
 
+    async def dispatch_rollouts(
+        self, rollouts: list[PendingRollout], successes: RowWriter, failures: RowWriter
+    ) -> None:
+        """Feed every worker from one queue; each worker's feeder keeps the rollouts it took (their
+        retries included) until they are final, so no rollout is left behind when feeders end."""
+        if not rollouts:
+            return
+        queue = collections.deque((rollout, rollout.next_attempt) for rollout in rollouts)
+        async with self.started_workers() as workers:
+            lost = AttemptDispatcher(self.config, self.run_id)
+            feeders = [
+                asyncio.create_task(self._feed(worker, queue, lost, successes, failures))
+                for worker in workers
+            ]
+            try:
+                await asyncio.gather(*feeders)
+            finally:
+                for feeder in feeders:
+                    feeder.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.gather(*feeders, return_exceptions=True)
+
+    async def _feed(
+        self,
+        worker: Any,
+        queue: collections.deque[tuple[PendingRollout, int]],
+        lost: AttemptDispatcher,
+        successes: RowWriter,
+        failures: RowWriter,
+    ) -> None:
+        # What this worker was given and has not answered, by ticket; and this feeder's retries.
+        sent: dict[int, tuple[PendingRollout, int]] = {}
+        retries: collections.deque[tuple[PendingRollout, int]] = collections.deque()
+        # A few more than the worker runs at once wait in the worker, so no slot idles for a round trip.
+        capacity = self.config.concurrency + max(1, self.config.concurrency // 4)
+        while True:
+            work: list[_Work] = []
+            while len(sent) + len(work) < capacity and (retries or queue):
+                rollout, attempt = retries.popleft() if retries else queue.popleft()
+                work.append((next(self._tickets), rollout, attempt))
+            if not sent and not work:
+                return
+            sent.update((ticket, (rollout, attempt)) for ticket, rollout, attempt in work)
+            try:
+                done: list[tuple[int, AttemptRow]] = await worker.exchange.remote(work)
+            except ray.exceptions.RayError as error:
+                # The worker was lost: every attempt it held may have reached the agent.
+                done = [
+                    (ticket, lost.failure_row(rollout, attempt, _lost(error, rollout, attempt)))
+                    for ticket, (rollout, attempt) in sorted(sent.items())
+                ]
+            for ticket, outcome in done:
+                rollout, attempt = sent.pop(ticket)
+                if self.record(outcome, successes, failures):
+                    retries.append((rollout, attempt + 1))
+
     @contextlib.asynccontextmanager
-    async def dispatcher(self) -> AsyncIterator[AttemptFunction]:
+    async def started_workers(self) -> AsyncIterator[list[Any]]:
+        """Ray joined (or started) and the workers up, for the block; the workers are always ended,
+        and a Ray this run started is shut down."""
         # `ray.shutdown` ends what `ray.init` started here (a local Ray), and only disconnects from
         # a cluster that was already up: a Ray this process already ran is left as it was.
         started = not ray.is_initialized()
@@ -103,14 +193,15 @@ class RayCollector(Collector):
         try:
             actor = ray.remote(_AttemptWorker).options(
                 num_cpus=1,
-                max_concurrency=self.config.concurrency + 1,
+                max_concurrency=2,
                 max_restarts=-1,
                 max_task_retries=0,
                 scheduling_strategy="SPREAD",
             )
             self.workers = [actor.remote(self.config, self.run_id) for _ in range(self.worker_count)]
-            await _all_ready(self.workers)
-            yield _Pool(self.workers, AttemptDispatcher(self.config, self.run_id)).attempt
+            for worker in self.workers:
+                await worker.ready.remote()
+            yield self.workers
         finally:
             for worker in self.workers:
                 with contextlib.suppress(Exception):
@@ -118,31 +209,6 @@ class RayCollector(Collector):
             self.workers = []
             if started:
                 ray.shutdown()
-
-
-async def _all_ready(workers: list[Any]) -> None:
-    for worker in workers:
-        await worker.ready.remote()
-
-
-class _Pool:
-    """Route each attempt to the worker with the fewest in flight; a lost worker's attempt is a row."""
-
-    def __init__(self, workers: list[Any], local: AttemptDispatcher) -> None:
-        self._workers = workers
-        self._load = [0] * len(workers)
-        self._local = local
-
-    async def attempt(self, rollout: PendingRollout, attempt: int) -> AttemptRow:
-        index = min(range(len(self._workers)), key=self._load.__getitem__)
-        self._load[index] += 1
-        try:
-            row: AttemptRow = await self._workers[index].row.remote(rollout, attempt)
-            return row
-        except ray.exceptions.RayError as error:
-            return self._local.failure_row(rollout, attempt, _lost(error, rollout, attempt))
-        finally:
-            self._load[index] -= 1
 
 
 def _lost(error: BaseException, rollout: PendingRollout, attempt: int) -> CollectionFailure:
