@@ -46,7 +46,12 @@ client's `HttpDetails.delivery` (`not_sent`, `unknown` -> `possibly_delivered`, 
 `delivered`); the reply's status; the error's type. A failed reply without a report keeps its
 redacted body excerpt (at most 512 characters, the agent URL's own secrets removed too) under
 `_ng_failure_response_body`. Every row carries NeMo Gym's keys beside ours (docs/rows.md), and is
-written at one place (`Collector._write`).
+written at one place (`Collector._save`).
+
+Who does what: an `AttemptDispatcher` sends one attempt and builds its row (it decides from the
+budget whether the row is final); the `Collector` keeps the queue, the budgets, the lock, the
+manifest and every row (`record`, then `_save`). The dispatcher runs in the collector's process, or
+in Ray workers (`gym_failures.ray.RayCollector`), whose rows come back to the same `record`.
 
 Resume: both output files are read, in any form NeMo Gym or gym-failures wrote
 (`gym_failures.rows.normalized`; rows NeMo Gym marked never to be saved are ignored and counted); a
