@@ -4,6 +4,7 @@ lost when a worker or the driver dies, resume across Ray and local runs, and Ctr
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import signal
@@ -231,3 +232,19 @@ def test_ctrl_c_stops_the_workers_and_the_local_ray_the_run_started(tmp_path: Pa
         time.sleep(0.1)
     assert [pid for pid in started if _alive(pid)] == []
     assert len(_rows(config)) < 200, "the run stopped early"
+
+
+async def test_the_agent_urls_credentials_never_reach_a_row_from_a_ray_worker(
+    tmp_path: Path, agent_url: str
+) -> None:
+    """Workers send with the agent URL's Basic credential; the driver's one save point replaces it
+    wherever a reply quoted it, as a local run does."""
+    password = "Zq9RayAgentUrlPassword"
+    url = agent_url.replace("http://", f"http://collector:{password}@")
+    config = _config(tmp_path / "out", url, [{"mode": "quote_credentials"}], max_attempts=2)
+    await collect_on_ray(config, workers=1)
+    saved = config.output_path.read_text() + config.failures_path.read_text()
+    token = base64.b64encode(f"collector:{password}".encode()).decode()
+    assert "refused" in saved, "the control: the agent quoted what it was sent"
+    assert password not in saved
+    assert token not in saved
