@@ -19,6 +19,7 @@ import pytest
 import ray
 
 from gym_failures.collection import CollectionConfig, collect, read_rows
+from gym_failures.failures import CollectionFailure
 from gym_failures.ray import RayCollector, collect_on_ray
 
 pytestmark = pytest.mark.usefixtures("ray_address")
@@ -116,6 +117,51 @@ async def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path, agent_url: 
         assert row["rollout_failure"]["delivery"] == "possibly_delivered"
         assert row["rollout_failure"]["source"] == "collector"
     assert summary.succeeded == 24
+
+
+async def test_a_worker_gone_for_good_hands_its_rollouts_to_the_others(
+    tmp_path: Path, agent_url: str
+) -> None:
+    tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(24)]
+    config = _config(tmp_path / "out", agent_url, tasks)
+    collector = RayCollector(config, workers=2)
+
+    async def end_a_worker() -> None:
+        while collector.progress.attempts < 4:
+            await asyncio.sleep(0.01)
+        ray.kill(collector.workers[0], no_restart=True)
+
+    killer = asyncio.create_task(end_a_worker())
+    summary = await collector.run()
+    await killer
+    _assert_whole(config, 24)
+    assert summary.dispatch_errors >= 1
+    assert summary.succeeded == 24
+
+
+async def test_every_worker_gone_ends_the_run_and_a_resume_finishes_it(
+    tmp_path: Path, agent_url: str
+) -> None:
+    tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(24)]
+    config = _config(tmp_path / "out", agent_url, tasks, max_attempts=5)
+    collector = RayCollector(config, workers=2)
+
+    async def end_every_worker() -> None:
+        while collector.progress.attempts < 4:
+            await asyncio.sleep(0.01)
+        for worker in collector.workers:
+            ray.kill(worker, no_restart=True)
+
+    killer = asyncio.create_task(end_every_worker())
+    with pytest.raises(CollectionFailure, match="every Ray worker was lost") as ended:
+        await collector.run()
+    await killer
+    assert ended.value.failure_kind == "collection_dispatch_failed"
+    before = _rows(config)
+    assert len(before) < 24 + 2 * 5, "the run ended early"
+    await collect(config)
+    rows = _assert_whole(config, 24)
+    assert all(row in rows for row in before), "no row is lost"
 
 
 _RAY_SCRIPT = """

@@ -493,7 +493,7 @@ def _run_collect(arguments: argparse.Namespace) -> int:
     from gym_failures.cli._render import print_collection
     from gym_failures.collection import CollectionConfig
     from gym_failures.collection import collect as run_collection
-    from gym_failures.failure_kinds import COLLECTION_RESUME_REFUSED
+    from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED, COLLECTION_RESUME_REFUSED
     from gym_failures.failures import NgFailureEvent
 
     if not arguments.input_path.is_file():
@@ -529,6 +529,8 @@ def _run_collect(arguments: argparse.Namespace) -> int:
             else:
                 summary = asyncio.run(run_collection(config, on_progress))
         except NgFailureEvent as failure:
+            if failure.failure_kind == COLLECTION_DISPATCH_FAILED:  # every Ray worker was lost
+                raise CommandError(failure.failure_reason, status=EXIT_FAILED) from None
             if failure.failure_kind != COLLECTION_RESUME_REFUSED:
                 raise
             raise CommandError(failure.failure_reason) from None

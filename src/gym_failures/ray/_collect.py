@@ -14,6 +14,10 @@ Decisions:
   agent), not final, and retried within the attempt budget, as any other attempt that may have
   been delivered (`replay_possibly_delivered`). Ray restarts the worker (`max_restarts=-1`); Ray
   itself never retries the call (`max_task_retries=0`), so every attempt has exactly one row.
+- A worker not back within the attempt timeout (`timeout_s`), or that Ray will not restart, hands
+  its rollouts to the other workers; when every worker is gone the run ends with a
+  `CollectionFailure` (`collection_dispatch_failed`, `gym-failures collect` exit status 1) and the
+  rollouts left have no final row, for a resume to finish.
 - A driver killed mid-run leaves no row for the attempts in flight; its workers die with it (Ray ends
   an owner's actors), and the resume dispatches those attempts again, as after a local kill.
 - The driver joins the Ray this process already runs, else `ray.init(address)` (no address: Ray's
@@ -121,6 +125,9 @@ class RayCollector(Collector):
         self.workers: list[Any] = []
         """The running workers' actor handles (for tests and operators; empty outside a run)."""
         self._tickets = itertools.count()
+        self._open = 0
+        """Rollouts of this run without a final outcome yet."""
+        self._changed = asyncio.Condition()
 
     def in_flight(self) -> int:
         return self.worker_count * self.config.concurrency
@@ -128,11 +135,13 @@ class RayCollector(Collector):
     async def dispatch_rollouts(
         self, rollouts: list[PendingRollout], successes: RowWriter, failures: RowWriter
     ) -> None:
-        """Feed every worker from one queue; each worker's feeder keeps the rollouts it took (their
-        retries included) until they are final, so no rollout is left behind when feeders end."""
+        """Feed every worker from one queue; a feeder keeps the rollouts it took (their retries
+        included) until they are final, or hands them back when its worker is gone for good."""
         if not rollouts:
             return
         queue = collections.deque((rollout, rollout.next_attempt) for rollout in rollouts)
+        self._open = len(rollouts)
+        self._changed = asyncio.Condition()
         async with self.started_workers() as workers:
             lost = AttemptDispatcher(self.config, self.run_id)
             feeders = [
@@ -146,6 +155,14 @@ class RayCollector(Collector):
                     feeder.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.gather(*feeders, return_exceptions=True)
+        if self._open:
+            raise CollectionFailure(
+                failure_kind=COLLECTION_DISPATCH_FAILED,
+                failure_reason=(
+                    f"every Ray worker was lost and did not come back; {self._open} rollout(s) have no "
+                    "final outcome yet: collect again to resume them"
+                ),
+            )
 
     async def _feed(
         self,
@@ -166,20 +183,49 @@ class RayCollector(Collector):
                 rollout, attempt = retries.popleft() if retries else queue.popleft()
                 work.append((next(self._tickets), rollout, attempt))
             if not sent and not work:
-                return
+                # Nothing here: wait for rollouts a lost worker's feeder hands back, or the end.
+                async with self._changed:
+                    await self._changed.wait_for(lambda: bool(queue) or self._open == 0)
+                if self._open == 0:
+                    return
+                continue
             sent.update((ticket, (rollout, attempt)) for ticket, rollout, attempt in work)
+            gone: BaseException | None = None
             try:
                 done: list[tuple[int, AttemptRow]] = await worker.exchange.remote(work)
             except ray.exceptions.RayError as error:
                 # The worker was lost: every attempt it held may have reached the agent.
+                gone = error
                 done = [
                     (ticket, lost.failure_row(rollout, attempt, _lost(error, rollout, attempt)))
                     for ticket, (rollout, attempt) in sorted(sent.items())
                 ]
+            finished = 0
             for ticket, outcome in done:
                 rollout, attempt = sent.pop(ticket)
                 if self.record(outcome, successes, failures):
                     retries.append((rollout, attempt + 1))
+                else:
+                    finished += 1
+            # A worker Ray cannot bring back hands its rollouts to the others, and its feeder ends.
+            handed_back = gone is not None and not await self._restarted(worker)
+            if handed_back:
+                queue.extend(retries)
+                retries.clear()
+            if finished or handed_back:
+                async with self._changed:
+                    self._open -= finished
+                    self._changed.notify_all()
+            if handed_back:
+                return
+
+    async def _restarted(self, worker: Any) -> bool:
+        """Whether a lost worker is back (Ray restarts it) within the attempt timeout."""
+        try:
+            await asyncio.wait_for(worker.ready.remote(), self.config.timeout_s)
+        except (ray.exceptions.RayError, TimeoutError):
+            return False
+        return True
 
     @contextlib.asynccontextmanager
     async def started_workers(self) -> AsyncIterator[list[Any]]:
