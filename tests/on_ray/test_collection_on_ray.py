@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import ray
 
-from gym_failures.collection import CollectionConfig, collect, read_rows
+from gym_failures.collection import CollectionConfig, RowWriter, collect, read_rows
+from gym_failures.collection._run import AttemptRow
 from gym_failures.failures import CollectionFailure
 from gym_failures.ray import RayCollector, collect_on_ray
 
@@ -117,6 +118,30 @@ async def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path, agent_url: 
         assert row["rollout_failure"]["delivery"] == "possibly_delivered"
         assert row["rollout_failure"]["source"] == "collector"
     assert summary.succeeded == 24
+
+
+class _KillsBetweenExchanges(RayCollector):
+    """Kills its first worker (Ray restarts it) while saving a row: between two exchanges with it."""
+
+    killed = False
+
+    def record(self, outcome: AttemptRow, successes: RowWriter, failures: RowWriter) -> bool:
+        if not self.killed and self.summary.attempts >= 4:
+            self.killed = True
+            ray.kill(self.workers[0], no_restart=False)
+            time.sleep(0.5)  # the next exchange then finds the worker dead or already restarted
+        return super().record(outcome, successes, failures)
+
+
+async def test_a_worker_restarted_between_exchanges_loses_nothing(tmp_path: Path, agent_url: str) -> None:
+    tasks = [{"mode": "ok", "sleep": 0.3} for _ in range(24)]
+    config = _config(tmp_path / "out", agent_url, tasks)
+    collector = _KillsBetweenExchanges(config, workers=2)
+    summary = await asyncio.wait_for(collector.run(), 60)
+    assert collector.killed
+    _assert_whole(config, 24)
+    assert summary.succeeded == 24
+    assert summary.dispatch_errors >= 1, "the attempts the first worker held were recorded as lost"
 
 
 async def test_a_worker_gone_for_good_hands_its_rollouts_to_the_others(

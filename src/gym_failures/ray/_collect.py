@@ -35,6 +35,7 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import secrets
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -64,10 +65,13 @@ class _AttemptWorker:
         self._done: list[tuple[int, AttemptRow]] = []
         self._ready: asyncio.Event | None = None
         self._running: set[asyncio.Task[None]] = set()
+        self._incarnation = secrets.token_hex(8)
+        """Made anew when Ray restarts the worker: what it held before is gone."""
 
-    async def exchange(self, work: list[_Work]) -> list[tuple[int, AttemptRow]]:
+    async def exchange(self, work: list[_Work]) -> tuple[str, list[tuple[int, AttemptRow]]]:
         """Start `work`, then wait for at least one row and return every row finished since the last
-        exchange (with its ticket); nothing to wait for returns at once."""
+        exchange (with its ticket), beside this incarnation's token; nothing to wait for returns at
+        once."""
         if not self._entered:
             # No await between the test and the set: concurrent first calls enter once.
             self._entered = True
@@ -83,7 +87,7 @@ class _AttemptWorker:
             await self._ready.wait()
         done, self._done = self._done, []
         self._ready.clear()
-        return done
+        return self._incarnation, done
 
     async def _run(self, ticket: int, rollout: PendingRollout, attempt: int) -> None:
         assert self._slots is not None
@@ -177,6 +181,7 @@ class RayCollector(Collector):
         retries: collections.deque[tuple[PendingRollout, int]] = collections.deque()
         # A few more than the worker runs at once wait in the worker, so no slot idles for a round trip.
         capacity = self.config.concurrency + max(1, self.config.concurrency // 4)
+        incarnation: str | None = None
         while True:
             work: list[_Work] = []
             while len(sent) + len(work) < capacity and (retries or queue):
@@ -189,17 +194,23 @@ class RayCollector(Collector):
                 if self._open == 0:
                     return
                 continue
+            held = sorted(sent)
             sent.update((ticket, (rollout, attempt)) for ticket, rollout, attempt in work)
             gone: BaseException | None = None
             try:
-                done: list[tuple[int, AttemptRow]] = await worker.exchange.remote(work)
+                token, done = await worker.exchange.remote(work)
             except ray.exceptions.RayError as error:
                 # The worker was lost: every attempt it held may have reached the agent.
-                gone = error
+                gone, incarnation = error, None
                 done = [
                     (ticket, lost.failure_row(rollout, attempt, _lost(error, rollout, attempt)))
                     for ticket, (rollout, attempt) in sorted(sent.items())
                 ]
+            else:
+                if incarnation is not None and token != incarnation:
+                    # Ray restarted the worker between two exchanges: what it held before is lost.
+                    done.extend((ticket, _restarted_row(lost, *sent[ticket])) for ticket in held)
+                incarnation = token
             finished = 0
             for ticket, outcome in done:
                 rollout, attempt = sent.pop(ticket)
@@ -255,6 +266,15 @@ class RayCollector(Collector):
             self.workers = []
             if started:
                 ray.shutdown()
+
+
+def _restarted_row(lost: AttemptDispatcher, rollout: PendingRollout, attempt: int) -> AttemptRow:
+    key = rollout_id(rollout.task_index, rollout.rollout_index)
+    failure = CollectionFailure(
+        failure_kind=COLLECTION_DISPATCH_FAILED,
+        failure_reason=f"attempt {attempt} of {key}: its Ray worker was restarted; it may have run",
+    )
+    return lost.failure_row(rollout, attempt, failure)
 
 
 def _lost(error: BaseException, rollout: PendingRollout, attempt: int) -> CollectionFailure:
