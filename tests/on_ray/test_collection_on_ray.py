@@ -93,6 +93,43 @@ async def test_a_ray_run_saves_the_rows_a_local_run_saves(tmp_path: Path, agent_
     assert ray.get_runtime_context() is not None, "the session's Ray is left running"
 
 
+def _report(command: str, directory: Path) -> tuple[int, Any]:
+    """`gym-failures <command> --json DIRECTORY` run for real: its exit status and its document."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gym_failures.cli", command, "--json", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    return done.returncode, json.loads(done.stdout)
+
+
+async def test_summarize_and_gate_read_a_ray_run_as_a_local_one(tmp_path: Path, agent_url: str) -> None:
+    tasks = [{"mode": MODES[index % len(MODES)]} for index in range(14)]
+    local = _config(tmp_path / "local", agent_url, tasks)
+    on_ray = _config(tmp_path / "ray", agent_url, tasks)
+    await collect(local)
+    await collect_on_ray(on_ray, workers=2)
+    for command in ("summarize", "gate"):
+        ray_status, ray_document = _report(command, on_ray.output_path.parent)
+        local_status, local_document = _report(command, local.output_path.parent)
+        assert ray_status == local_status
+        assert _without_paths(ray_document) == _without_paths(local_document)
+
+
+def _without_paths(document: Any) -> Any:
+    """`document` without the values that name where the run is (its files, its directory)."""
+    if isinstance(document, dict):
+        return {key: _without_paths(value) for key, value in document.items() if "path" not in key}
+    if isinstance(document, list):
+        return [_without_paths(value) for value in document]
+    if isinstance(document, str) and ("/local/" in document or "/ray/" in document):
+        return "<path>"
+    return document
+
+
 async def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path, agent_url: str) -> None:
     tasks = [{"mode": "ok", "sleep": 0.3} for _ in range(24)]
     config = _config(tmp_path / "out", agent_url, tasks)
