@@ -226,6 +226,18 @@ async def test_every_worker_gone_ends_the_run_and_a_resume_finishes_it(
     assert all(row in rows for row in before), "no row is lost"
 
 
+async def test_workers_ray_cannot_place_end_the_run_with_a_clear_failure(
+    tmp_path: Path, agent_url: str
+) -> None:
+    """The session's Ray has two CPUs and each worker asks one: a third never starts."""
+    config = _config(tmp_path / "out", agent_url, [{"mode": "ok"}], timeout_s=1.5)
+    with pytest.raises(CollectionFailure, match=r"1 of 3 Ray workers did not start within 1\.5 s") as ended:
+        await collect_on_ray(config, workers=3)
+    assert ended.value.failure_kind == "collection_dispatch_failed"
+    assert _rows(config) == []
+    assert (await collect_on_ray(config, workers=2)).succeeded == 1, "the workers were ended"
+
+
 _RAY_SCRIPT = """
 import asyncio, sys
 from pathlib import Path

@@ -24,7 +24,9 @@ Decisions:
   own rule, `RAY_ADDRESS` or the cluster last started on this machine, else a new local Ray), and
   then calls `ray.shutdown` when the run ends, cancelled or not: a local Ray it started is stopped,
   a cluster is only disconnected from. The workers it started are always ended.
-- Workers ask one CPU each, and are spread over the cluster's nodes (`SPREAD`).
+- Workers ask one CPU each, and are spread over the cluster's nodes (`SPREAD`). Workers that do not
+  start within the attempt timeout (no CPU free for them) end the run at once with a
+  `CollectionFailure` (`collection_dispatch_failed`) that says so, before any attempt is sent.
 - The workers need `gym-failures[aiohttp]` installed where they run (the cluster's image); no
   runtime environment is shipped.
 """
@@ -256,8 +258,7 @@ class RayCollector(Collector):
                 scheduling_strategy="SPREAD",
             )
             self.workers = [actor.remote(self.config, self.run_id) for _ in range(self.worker_count)]
-            for worker in self.workers:
-                await worker.ready.remote()
+            await self._all_started()
             yield self.workers
         finally:
             for worker in self.workers:
@@ -266,6 +267,25 @@ class RayCollector(Collector):
             self.workers = []
             if started:
                 ray.shutdown()
+
+    async def _all_started(self) -> None:
+        """Wait for every worker to start, within the attempt timeout: a worker Ray cannot place (no
+        CPU free for it) would otherwise hold the run forever without a word."""
+        ready = [worker.ready.remote() for worker in self.workers]
+        _, waiting = await asyncio.wait(
+            [asyncio.ensure_future(ref) for ref in ready], timeout=self.config.timeout_s
+        )
+        for future in waiting:
+            future.cancel()
+        if waiting:
+            raise CollectionFailure(
+                failure_kind=COLLECTION_DISPATCH_FAILED,
+                failure_reason=(
+                    f"{len(waiting)} of {len(self.workers)} Ray workers did not start within "
+                    f"{self.config.timeout_s:g} s (each asks for one CPU; the cluster has "
+                    f"{_cluster_cpus():g}); ask for fewer workers"
+                ),
+            )
 
 
 def _restarted_row(lost: AttemptDispatcher, rollout: PendingRollout, attempt: int) -> AttemptRow:
@@ -302,3 +322,8 @@ async def collect_on_ray(
 ) -> CollectionSummary:
     """Run one collection on Ray workers (resuming what is on disk) and return its summary."""
     return await RayCollector(config, on_progress, workers=workers, address=address).run()
+
+
+def _cluster_cpus() -> float:
+    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    return resources.get("CPU", 0.0)
