@@ -34,7 +34,13 @@ Decisions (see also docs/decisions.md):
   credential or URL secret quoted by a producer never reaches a header, a row or a log.
 - An `http_status` that is not an int in 100-599 is dropped as no evidence (as in
   `sdk_error_details`): a peer's odd status must not turn the failure into a validation error.
-- Failures pickle with their whole explicit chain, so a process pool returns them intact.
+- Failures pickle with their whole explicit chain, so a process pool (or Ray) returns them intact:
+  each Gym failure on the chain keeps its id, kind, HTTP details and hints; a foreign exception in
+  the middle of the chain is not carried (it may not unpickle, and its text can hold credentials),
+  and the Gym failures on either side of it stay linked, as `cause_id` already links them.
+- `http_details` and `retry_after_s` are properties over the instance, not class defaults, so a
+  wrapper that forwards a failure's attributes (Ray's `RayTaskError(ModelFailure)`) reads the
+  failure's own values; `explicit_gym_cause` walks such a wrapper as the failure it wraps.
 - `NgFailureEvent.http_status` is the event's own status when it has one (the evidence its producer
   recorded, the spec'd `FailureEvent.http_status`, which `to_event()` keeps unchanged), else the
   status of the failed (4xx/5xx) reply a caller rebuilt it from (`http_details.status`): a rebuilt
@@ -191,7 +197,7 @@ def sdk_error_details(
 def explicit_gym_cause(error: BaseException) -> NgFailureEvent | None:
     """The nearest Gym failure on `error`'s explicit `__cause__` chain, `error` itself excluded."""
     seen = {id(error)}
-    current = error.__cause__
+    current = _forwarded(error).__cause__
     for _ in range(_MAX_CHAIN):
         if current is None or id(current) in seen:
             return None
@@ -200,6 +206,21 @@ def explicit_gym_cause(error: BaseException) -> NgFailureEvent | None:
         seen.add(id(current))
         current = current.__cause__
     return None
+
+
+def _forwarded(error: BaseException) -> BaseException:
+    """The Gym failure a forwarding wrapper stands for, else `error` itself.
+
+    Ray raises a failed task's failure as a `RayTaskError(ModelFailure)`: an instance of both classes
+    that holds the failure as `cause` and forwards its attributes, but has no `__cause__` of its own.
+    Its chain is the wrapped failure's (the same event, by identity).
+    """
+    if error.__cause__ is not None or not isinstance(error, NgFailureEvent):
+        return error
+    inner = error.__dict__.get("cause")
+    if isinstance(inner, NgFailureEvent) and inner is not error and inner._event is error._event:
+        return inner
+    return error
 
 
 @dataclass(frozen=True)
@@ -226,12 +247,30 @@ class NgFailureEvent(Exception):
     BOUNDARY: ClassVar[FailureBoundary | None] = None
     """The boundary a subclass fixes; `None` on the base class, which takes it as an argument."""
 
-    http_details: HttpDetails | None = None
-    """The HTTP exchange a caller observed this failure in (`gym_failures.client`), if any."""
+    # `http_details` and `retry_after_s` are properties over instance attributes, never class-level
+    # defaults: a wrapper that forwards a failure's instance attributes (Ray's `RayTaskError(ModelFailure)`
+    # forwards what it lacks through `__getattr__`) would find a class default first and read `None`.
 
-    retry_after_s: float | None = None
-    """An explicit hint: retrying before this many seconds is pointless (a reply carrying this failure
-    sends it as `Retry-After`, see `retry_hint_s`). Local to this process, never on the wire."""
+    @property
+    def http_details(self) -> HttpDetails | None:
+        """The HTTP exchange a caller observed this failure in (`gym_failures.client`), if any."""
+        details: HttpDetails | None = getattr(self, "_http_details", None)
+        return details
+
+    @http_details.setter
+    def http_details(self, details: HttpDetails | None) -> None:
+        self._http_details = details
+
+    @property
+    def retry_after_s(self) -> float | None:
+        """An explicit hint: retrying before this many seconds is pointless (a reply carrying this
+        failure sends it as `Retry-After`, see `retry_hint_s`). Local to this process, never on the wire."""
+        seconds: float | None = getattr(self, "_retry_after_s", None)
+        return seconds
+
+    @retry_after_s.setter
+    def retry_after_s(self, seconds: float | None) -> None:
+        self._retry_after_s = seconds
 
     _event: FailureEvent
     _failure_kind: str
@@ -428,9 +467,15 @@ class NgFailureEvent(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Keyword-only __init__ defeats Exception's default pickling, and __cause__ never pickles:
-        # carry the projected chain so the unpickled failure has the same ids and causes.
-        extra = {k: v for k, v in self.__dict__.items() if k not in _STATE_KEYS}
-        return (_restore, (type(self), self.failure_report(), self._failure_kind, extra))
+        # carry the projected chain so the unpickled failure has the same ids and causes, and each
+        # Gym failure's own state on the chain (its HTTP details, hints), keyed by event id.
+        causes: dict[str, dict[str, Any]] = {}
+        current = explicit_gym_cause(self)
+        while current is not None and len(causes) < _MAX_CHAIN and current.event_id not in causes:
+            causes[current.event_id] = _local_state(current)
+            current = explicit_gym_cause(current)
+        report = self.failure_report()
+        return (_restore, (type(self), report, self._failure_kind, _local_state(self), causes))
 
     def __str__(self) -> str:
         reason = self.failure_reason
@@ -445,6 +490,13 @@ class NgFailureEvent(Exception):
 
 
 _STATE_KEYS = frozenset({"_event", "_failure_kind", "_remote"})
+# Pickles made before `http_details` and `retry_after_s` became properties kept them under these names.
+_LEGACY_STATE = {"http_details": "_http_details", "retry_after_s": "_retry_after_s"}
+
+
+def _local_state(failure: NgFailureEvent) -> dict[str, Any]:
+    """What a failure holds besides its event: its HTTP details, hints, and attributes set on it."""
+    return {k: v for k, v in failure.__dict__.items() if k not in _STATE_KEYS}
 
 
 def _dangling_causes(events: Mapping[str, FailureEvent]) -> bool:
@@ -474,13 +526,27 @@ def _chain_from(report: FailureReport, event_id: str) -> FailureReport:
 
 
 def _restore(
-    cls: type[NgFailureEvent], report: FailureReport, failure_kind: str, extra: dict[str, Any]
+    cls: type[NgFailureEvent],
+    report: FailureReport,
+    failure_kind: str,
+    extra: dict[str, Any],
+    causes: Mapping[str, dict[str, Any]] | None = None,
 ) -> NgFailureEvent:
     assert report.failure_id is not None
     failure = cls._from_event(report.events[report.failure_id], report)
     failure._failure_kind = failure_kind
-    failure.__dict__.update(extra)
+    _set_state(failure, extra)
+    current = failure.__cause__
+    while causes and isinstance(current, NgFailureEvent):
+        state = causes.get(current.event_id)
+        if state is not None:
+            _set_state(current, state)
+        current = current.__cause__
     return failure
+
+
+def _set_state(failure: NgFailureEvent, state: Mapping[str, Any]) -> None:
+    failure.__dict__.update({_LEGACY_STATE.get(name, name): value for name, value in state.items()})
 
 
 class AgentFailure(NgFailureEvent):

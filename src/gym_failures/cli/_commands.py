@@ -420,6 +420,21 @@ def add_collect(commands: Subcommands) -> None:
     parser.add_argument(
         "--agent-name", default="agent", metavar="NAME", help="the agent's name in metrics, never its URL"
     )
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="run on Ray workers at a cluster's ADDRESS (none: RAY_ADDRESS, else a local Ray; ray extra)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=_at_least(1),
+        default=None,
+        metavar="N",
+        help="Ray workers, each with --concurrency rollouts in flight (2; needs --ray)",
+    )
     _metrics_option(parser)
     _json_option(parser)
 
@@ -478,11 +493,13 @@ def _run_collect(arguments: argparse.Namespace) -> int:
     from gym_failures.cli._render import print_collection
     from gym_failures.collection import CollectionConfig
     from gym_failures.collection import collect as run_collection
-    from gym_failures.failure_kinds import COLLECTION_RESUME_REFUSED
+    from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED, COLLECTION_RESUME_REFUSED
     from gym_failures.failures import NgFailureEvent
 
     if not arguments.input_path.is_file():
         raise CommandError(f"{arguments.input_path}: no such file")
+    if arguments.workers is not None and arguments.ray is None:
+        raise CommandError("--workers needs --ray")
     options: dict[str, Any] = {"max_attempts": arguments.max_attempts} if arguments.max_attempts else {}
     try:
         config = CollectionConfig(
@@ -503,8 +520,17 @@ def _run_collect(arguments: argparse.Namespace) -> int:
             running.enter_context(metrics_endpoint(arguments.metrics_port, "gym-failures-collect"))
         on_progress = running.enter_context(live_collection())
         try:
-            summary = asyncio.run(run_collection(config, on_progress))
+            if arguments.ray is not None:
+                collect_on_ray = _ray_collector()
+                running_on_ray = collect_on_ray(
+                    config, on_progress, workers=arguments.workers or 2, address=arguments.ray or None
+                )
+                summary = asyncio.run(running_on_ray)
+            else:
+                summary = asyncio.run(run_collection(config, on_progress))
         except NgFailureEvent as failure:
+            if failure.failure_kind == COLLECTION_DISPATCH_FAILED:  # every Ray worker was lost
+                raise CommandError(failure.failure_reason, status=EXIT_FAILED) from None
             if failure.failure_kind != COLLECTION_RESUME_REFUSED:
                 raise
             raise CommandError(failure.failure_reason) from None
@@ -517,6 +543,18 @@ def _run_collect(arguments: argparse.Namespace) -> int:
     if tried > 0 and summary.succeeded == 0:
         return _no_success(config.failures_path, arguments.agent_url, tried)
     return EXIT_OK
+
+
+def _ray_collector() -> Any:
+    try:
+        from gym_failures.ray import collect_on_ray
+    except ModuleNotFoundError as error:
+        if (error.name or "").partition(".")[0] != "ray":
+            raise
+        raise CommandError(
+            "--ray needs the ray extra (ray is not installed): pip install 'gym-failures[ray]'"
+        ) from None
+    return collect_on_ray
 
 
 def _no_success(failures: Path, agent_url: str, tried: int) -> int:

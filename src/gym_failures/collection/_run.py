@@ -46,7 +46,12 @@ client's `HttpDetails.delivery` (`not_sent`, `unknown` -> `possibly_delivered`, 
 `delivered`); the reply's status; the error's type. A failed reply without a report keeps its
 redacted body excerpt (at most 512 characters, the agent URL's own secrets removed too) under
 `_ng_failure_response_body`. Every row carries NeMo Gym's keys beside ours (docs/rows.md), and is
-written at one place (`Collector._write`).
+written at one place (`Collector._save`).
+
+Who does what: an `AttemptDispatcher` sends one attempt and builds its row (it decides from the
+budget whether the row is final); the `Collector` keeps the queue, the budgets, the lock, the
+manifest and every row (`record`, then `_save`). The dispatcher runs in the collector's process, or
+in Ray workers (`gym_failures.ray.RayCollector`), whose rows come back to the same `record`.
 
 Resume: both output files are read, in any form NeMo Gym or gym-failures wrote
 (`gym_failures.rows.normalized`; rows NeMo Gym marked never to be saved are ignored and counted); a
@@ -83,7 +88,7 @@ import logging
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -229,7 +234,9 @@ class CollectionSummary:
 
 
 @dataclass
-class _Rollout:
+class PendingRollout:
+    """A rollout without a final outcome, and the attempt number it continues at."""
+
     task_index: int
     rollout_index: int
     task: dict[str, Any]
@@ -380,7 +387,7 @@ def _read_tasks(path: Path, summary: CollectionSummary) -> list[tuple[int, dict[
 
 def _pending(
     config: CollectionConfig, tasks: list[tuple[int, dict[str, Any]]], summary: CollectionSummary
-) -> tuple[list[_Rollout], list[dict[str, Any]]]:
+) -> tuple[list[PendingRollout], list[dict[str, Any]]]:
     """Every rollout without a final outcome, at its next attempt number; and the rows that close
     the rollouts whose recorded attempts already use up the budget.
 
@@ -412,7 +419,7 @@ def _pending(
         summary.invalid_lines += len(scan.invalid_lines)
         summary.not_persisted_rows += scan.not_persisted
         summary.scans.append(scan)
-    rollouts: list[_Rollout] = []
+    rollouts: list[PendingRollout] = []
     closing: list[dict[str, Any]] = []
     for task_index, task in tasks:
         for rollout_index in range(config.num_repeats):
@@ -433,11 +440,11 @@ def _pending(
                     }
                 )
                 continue
-            rollouts.append(_Rollout(task_index, rollout_index, task, used + 1))
+            rollouts.append(PendingRollout(task_index, rollout_index, task, used + 1))
     return rollouts, closing
 
 
-def _base_row(rollout: _Rollout, attempt: int) -> dict[str, Any]:
+def _base_row(rollout: PendingRollout, attempt: int) -> dict[str, Any]:
     row: dict[str, Any] = {
         "task_index": rollout.task_index,
         "rollout_index": rollout.rollout_index,
@@ -514,8 +521,30 @@ def _episode_failure(failure: NgFailureEvent) -> EpisodeFailure:
     )
 
 
+@dataclass(frozen=True)
+class AttemptRow:
+    """One dispatched attempt's row, not yet saved, and what it means for its rollout."""
+
+    row: dict[str, Any]
+    succeeded: bool
+    """A success row (saved to the output); else a failure row (saved to the failures sidecar)."""
+    final: bool
+    """No attempt follows: the rollout is done."""
+    dispatch_error: bool = False
+    """Recorded as `collection_dispatch_failed`: a fault of the collector, or a worker lost."""
+
+
+AttemptFunction = Callable[[PendingRollout, int], Awaitable[AttemptRow]]
+"""Dispatch attempt `n` of a rollout and return its row; never raises for a failed attempt."""
+
+
 class Collector:
-    """Run one collection: `await Collector(config).run()`."""
+    """Run one collection: `await Collector(config).run()`.
+
+    The collector keeps the queue, the attempt budgets, the rows and the resume; what dispatches one
+    attempt (`dispatcher`) is an `AttemptDispatcher` in this process, or Ray workers
+    (`gym_failures.ray.RayCollector`), each row coming back to the one `_save` point.
+    """
 
     def __init__(
         self, config: CollectionConfig, on_progress: Callable[[CollectionProgress], None] | None = None
@@ -526,13 +555,14 @@ class Collector:
         self.summary = CollectionSummary()
         self.progress = CollectionProgress()
         self._secrets = url_secrets(config.agent_url)
-        self._run_id = ""
+        self.run_id = ""
+        """The run's id (the manifest's), known once `run` has checked the manifest."""
 
     async def run(self) -> CollectionSummary:
         config = self.config
         with _exclusive(config):
             tasks = _read_tasks(config.input_path, self.summary)
-            self._run_id = _check_manifest(config, len(tasks) * config.num_repeats)
+            self.run_id = _check_manifest(config, len(tasks) * config.num_repeats)
             rollouts, closing = _pending(config, tasks, self.summary)
             self.progress.expected = self.summary.expected
             self.progress.already_done = self.summary.already_done
@@ -542,20 +572,33 @@ class Collector:
                     self._save(failures, row, dispatched=False)
                     self.summary.failed_final += 1
                     self.summary.closed_on_resume += 1
-                await self._dispatch(rollouts, successes, failures)
+                await self.dispatch_rollouts(rollouts, successes, failures)
         return self.summary
 
-    async def _dispatch(self, rollouts: list[_Rollout], successes: RowWriter, failures: RowWriter) -> None:
-        config = self.config
-        queue: asyncio.Queue[_Rollout] = asyncio.Queue()
+    def in_flight(self) -> int:
+        """How many attempts are dispatched at once: the concurrency, in this process."""
+        return self.config.concurrency
+
+    @contextlib.asynccontextmanager
+    async def dispatcher(self) -> AsyncIterator[AttemptFunction]:
+        """What dispatches one attempt, for the run's duration: here, this process's client session."""
+        async with AttemptDispatcher(self.config, self.run_id) as dispatcher:
+            yield dispatcher.row
+
+    async def dispatch_rollouts(
+        self, rollouts: list[PendingRollout], successes: RowWriter, failures: RowWriter
+    ) -> None:
+        """Bring every rollout to a final outcome, each attempt's row `record`ed here: `in_flight`
+        workers, each running one rollout's attempts through the `dispatcher` at a time."""
+        queue: asyncio.Queue[PendingRollout] = asyncio.Queue()
         for rollout in rollouts:
             queue.put_nowait(rollout)
-        timeout = aiohttp.ClientTimeout(total=config.timeout_s)
-        connector = aiohttp.TCPConnector(limit=config.concurrency)
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        if not rollouts:
+            return
+        async with self.dispatcher() as attempt:
             workers = [
-                asyncio.create_task(self._worker(session, queue, successes, failures))
-                for _ in range(min(config.concurrency, max(1, len(rollouts))))
+                asyncio.create_task(self._worker(attempt, queue, successes, failures))
+                for _ in range(min(self.in_flight(), len(rollouts)))
             ]
             try:
                 await asyncio.gather(*workers)
@@ -590,8 +633,8 @@ class Collector:
 
     async def _worker(
         self,
-        session: aiohttp.ClientSession,
-        queue: asyncio.Queue[_Rollout],
+        attempt: AttemptFunction,
+        queue: asyncio.Queue[PendingRollout],
         successes: RowWriter,
         failures: RowWriter,
     ) -> None:
@@ -600,45 +643,100 @@ class Collector:
                 rollout = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            await self._rollout(session, rollout, successes, failures)
+            await self._rollout(attempt, rollout, successes, failures)
 
     async def _rollout(
-        self, session: aiohttp.ClientSession, rollout: _Rollout, successes: RowWriter, failures: RowWriter
+        self, dispatch: AttemptFunction, rollout: PendingRollout, successes: RowWriter, failures: RowWriter
     ) -> None:
         attempt = rollout.next_attempt
-        while True:
-            response, report, seen = await self._attempt(session, rollout, attempt)
-            self.summary.attempts += 1
-            row = _base_row(rollout, attempt)
-            if response.result is not None:
-                row.update(_success_fields(response.result))
-                row.update(FailureReportRow.fields(report))
-                self._save(successes, row)
-                self.summary.succeeded += 1
-                return
-            assert response.failure is not None
-            final_reason = self._final_reason(response.failure, seen, attempt)
-            failure = response.failure.model_dump(mode="json")
-            row["failure"] = failure
-            row["final"] = final_reason is not None
-            row["final_reason"] = final_reason
-            row.update(
-                nemo_gym.failure_keys(
-                    failure,
-                    exception_type=seen.exception_type,
-                    http_status=seen.http_status,
-                    response_body=seen.body_excerpt,
-                )
-            )
-            # NeMo Gym never retries a terminal row: a failure this collector will not replay is one.
-            row[nemo_gym.FAILURE_TERMINAL] = final_reason in ("terminal", "possibly_delivered")
-            row["rollout_failure"] = self._record(rollout, attempt, response.failure, seen)
-            row.update(FailureReportRow.fields(report))
-            self._save(failures, row)
-            if final_reason is not None:
-                self.summary.failed_final += 1
-                return
+        while self.record(await dispatch(rollout, attempt), successes, failures):
             attempt += 1
+
+    def record(self, outcome: AttemptRow, successes: RowWriter, failures: RowWriter) -> bool:
+        """Save one attempt's row (through `_save`) and count it; whether its rollout goes on."""
+        self.summary.attempts += 1
+        self.summary.dispatch_errors += outcome.dispatch_error
+        self._save(successes if outcome.succeeded else failures, outcome.row)
+        if outcome.succeeded:
+            self.summary.succeeded += 1
+            return False
+        if outcome.final:
+            self.summary.failed_final += 1
+            return False
+        return True
+
+
+class AttemptDispatcher:
+    """Dispatch one attempt to the agent and build its row, without saving it: what the collector's
+    workers run, in its own process or in a Ray worker (`gym_failures.ray`).
+
+    Use as an async context manager (it holds the client session, at most `concurrency` connections).
+    """
+
+    def __init__(self, config: CollectionConfig, run_id: str) -> None:
+        self.config = config
+        self.run_id = run_id
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> AttemptDispatcher:
+        timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
+        connector = aiohttp.TCPConnector(limit=self.config.concurrency)
+        self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def row(self, rollout: PendingRollout, attempt: int) -> AttemptRow:
+        """Attempt `attempt` of `rollout`: its row; never raises for a failed attempt."""
+        assert self._session is not None, "enter the dispatcher first"
+        response, report, seen = await self._attempt(self._session, rollout, attempt)
+        return self.outcome_row(rollout, attempt, response, report, seen)
+
+    def failure_row(self, rollout: PendingRollout, attempt: int, failure: NgFailureEvent) -> AttemptRow:
+        """The row of an attempt that ended in `failure` before any reply was read (a worker lost)."""
+        with RequestFailureLog.capture() as log:
+            report = log.reply_report(failure)
+        response = BaseEpisodeResponse(failure=_episode_failure(failure))
+        return self.outcome_row(rollout, attempt, response, report, _seen(failure, self.config.agent_url))
+
+    def outcome_row(
+        self,
+        rollout: PendingRollout,
+        attempt: int,
+        response: BaseEpisodeResponse,
+        report: FailureReport,
+        seen: _Seen,
+    ) -> AttemptRow:
+        row = _base_row(rollout, attempt)
+        if response.result is not None:
+            row.update(_success_fields(response.result))
+            row.update(FailureReportRow.fields(report))
+            return AttemptRow(row, succeeded=True, final=True)
+        assert response.failure is not None
+        final_reason = self._final_reason(response.failure, seen, attempt)
+        failure = response.failure.model_dump(mode="json")
+        row["failure"] = failure
+        row["final"] = final_reason is not None
+        row["final_reason"] = final_reason
+        row.update(
+            nemo_gym.failure_keys(
+                failure,
+                exception_type=seen.exception_type,
+                http_status=seen.http_status,
+                response_body=seen.body_excerpt,
+            )
+        )
+        # NeMo Gym never retries a terminal row: a failure this collector will not replay is one.
+        row[nemo_gym.FAILURE_TERMINAL] = final_reason in ("terminal", "possibly_delivered")
+        row["rollout_failure"] = self._record(rollout, attempt, response.failure, seen)
+        row.update(FailureReportRow.fields(report))
+        dispatch_error = (
+            seen.source == "collector" and response.failure.failure_kind == COLLECTION_DISPATCH_FAILED
+        )
+        return AttemptRow(row, succeeded=False, final=final_reason is not None, dispatch_error=dispatch_error)
 
     def _final_reason(self, failure: EpisodeFailure, seen: _Seen, attempt: int) -> str | None:
         """Why no attempt follows this failed one, or None when the rollout is retried."""
@@ -651,7 +749,7 @@ class Collector:
         return None
 
     def _record(
-        self, rollout: _Rollout, attempt: int, failure: EpisodeFailure, seen: _Seen
+        self, rollout: PendingRollout, attempt: int, failure: EpisodeFailure, seen: _Seen
     ) -> dict[str, Any]:
         """The attempt's `RolloutFailure` record, as JSON."""
         record = RolloutFailure(
@@ -660,7 +758,7 @@ class Collector:
                 "attempt": attempt,
                 "repeat": rollout.rollout_index,
             },
-            run_id=self._run_id,
+            run_id=self.run_id,
             source=seen.source,
             delivery=seen.delivery,
             failure=failure,
@@ -671,7 +769,7 @@ class Collector:
         return data
 
     async def _attempt(
-        self, session: aiohttp.ClientSession, rollout: _Rollout, attempt: int
+        self, session: aiohttp.ClientSession, rollout: PendingRollout, attempt: int
     ) -> tuple[BaseEpisodeResponse, FailureReport, _Seen]:
         """One attempt's outcome, the report observed for it and what the collector saw of the
         exchange; never raises for a failed attempt."""
@@ -685,8 +783,6 @@ class Collector:
             try:
                 response, status = await self._exchange(session, url, payload)
             except NgFailureEvent as failure:
-                if failure.failure_kind == COLLECTION_DISPATCH_FAILED:
-                    self.summary.dispatch_errors += 1
                 return (
                     BaseEpisodeResponse(failure=_episode_failure(failure)),
                     log.reply_report(failure),

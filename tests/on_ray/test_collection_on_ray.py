@@ -1,0 +1,370 @@
+"""Collection on a real local Ray against the real agent server: the rows a local run saves, nothing
+lost when a worker or the driver dies, resume across Ray and local runs, and Ctrl-C leaves no Ray."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from gym_failures.collection import CollectionConfig, RowWriter, collect, read_rows
+from gym_failures.collection._run import AttemptRow
+from gym_failures.failures import CollectionFailure
+from gym_failures.ray import RayCollector, collect_on_ray
+
+pytestmark = pytest.mark.usefixtures("ray_address")
+
+ROOT = Path(__file__).resolve().parents[2]
+MODES = ("ok", "retry_then_ok", "always_fail", "terminal", "raise", "garbage", "masked")
+
+
+def _config(directory: Path, agent_url: str, tasks: list[dict[str, Any]], **options: Any) -> CollectionConfig:
+    directory.mkdir(parents=True, exist_ok=True)
+    tasks_path = directory.parent / "tasks.jsonl"
+    if not tasks_path.exists():
+        tasks_path.write_text("".join(json.dumps(task) + "\n" for task in tasks))
+    return CollectionConfig(
+        input_path=tasks_path,
+        output_path=directory / "rollouts.jsonl",
+        agent_url=agent_url,
+        **{"concurrency": 4, "max_attempts": 3, **options},
+    )
+
+
+def _rows(config: CollectionConfig) -> list[dict[str, Any]]:
+    return list(read_rows(config.output_path)) + list(read_rows(config.failures_path))
+
+
+def _plan(rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+    """Each row's rollout, attempt and outcome: what two runs of the same plan agree on."""
+    return {
+        (
+            row["rollout_id"],
+            row["attempt"],
+            (row.get("failure") or {}).get("failure_kind"),
+            row.get("final"),
+            row.get("final_reason"),
+            (row.get("rollout_failure") or {}).get("delivery"),
+        )
+        for row in rows
+    }
+
+
+def _assert_whole(config: CollectionConfig, rollouts: int) -> list[dict[str, Any]]:
+    """Every rollout has one final outcome, its attempts numbered 1..n, none saved twice."""
+    rows = _rows(config)
+    keys = [(row["rollout_id"], row["attempt"]) for row in rows]
+    assert len(keys) == len(set(keys)), "no attempt is saved twice"
+    finals = Counter(row["rollout_id"] for row in rows if "failure" not in row or row["final"])
+    assert len(finals) == rollouts
+    assert set(finals.values()) == {1}, "exactly one final outcome each"
+    attempts: dict[str, list[int]] = {}
+    for rollout, attempt in keys:
+        attempts.setdefault(rollout, []).append(attempt)
+    assert all(sorted(numbers) == list(range(1, len(numbers) + 1)) for numbers in attempts.values())
+    return rows
+
+
+async def test_a_ray_run_saves_the_rows_a_local_run_saves(tmp_path: Path, agent_url: str) -> None:
+    tasks = [{"mode": MODES[index % len(MODES)]} for index in range(21)]
+    local = _config(tmp_path / "local", agent_url, tasks)
+    on_ray = _config(tmp_path / "ray", agent_url, tasks)
+    local_summary = await collect(local)
+    ray_summary = await collect_on_ray(on_ray, workers=2)
+    assert _plan(_rows(on_ray)) == _plan(_rows(local))
+    assert ray_summary.attempts == local_summary.attempts
+    assert (ray_summary.succeeded, ray_summary.failed_final) == (
+        local_summary.succeeded,
+        local_summary.failed_final,
+    )
+    manifest = json.loads(on_ray.manifest_path.read_text())
+    assert manifest["expected_rollouts"] == 21
+    assert ray.get_runtime_context() is not None, "the session's Ray is left running"
+
+
+def _report(command: str, directory: Path) -> tuple[int, Any]:
+    """`gym-failures <command> --json DIRECTORY` run for real: its exit status and its document."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gym_failures.cli", command, "--json", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    return done.returncode, json.loads(done.stdout)
+
+
+async def test_summarize_and_gate_read_a_ray_run_as_a_local_one(tmp_path: Path, agent_url: str) -> None:
+    tasks = [{"mode": MODES[index % len(MODES)]} for index in range(14)]
+    local = _config(tmp_path / "local", agent_url, tasks)
+    on_ray = _config(tmp_path / "ray", agent_url, tasks)
+    await collect(local)
+    await collect_on_ray(on_ray, workers=2)
+    for command in ("summarize", "gate"):
+        ray_status, ray_document = _report(command, on_ray.output_path.parent)
+        local_status, local_document = _report(command, local.output_path.parent)
+        assert ray_status == local_status
+        assert _without_paths(ray_document) == _without_paths(local_document)
+
+
+def _without_paths(document: Any) -> Any:
+    """`document` without the values that name where the run is (its files, its directory)."""
+    if isinstance(document, dict):
+        return {key: _without_paths(value) for key, value in document.items() if "path" not in key}
+    if isinstance(document, list):
+        return [_without_paths(value) for value in document]
+    if isinstance(document, str) and ("/local/" in document or "/ray/" in document):
+        return "<path>"
+    return document
+
+
+async def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path, agent_url: str) -> None:
+    tasks = [{"mode": "ok", "sleep": 0.3} for _ in range(24)]
+    config = _config(tmp_path / "out", agent_url, tasks)
+    collector = RayCollector(config, workers=2)
+
+    async def kill_a_worker() -> None:
+        while collector.progress.attempts < 4:
+            await asyncio.sleep(0.01)
+        # Ray restarts it (the collector asks for restarts); its attempts in flight are lost.
+        ray.kill(collector.workers[0], no_restart=False)
+
+    killer = asyncio.create_task(kill_a_worker())
+    summary = await collector.run()
+    await killer
+    rows = _assert_whole(config, 24)
+    lost = [
+        row for row in rows if (row.get("failure") or {}).get("failure_kind") == "collection_dispatch_failed"
+    ]
+    assert lost, "the kill landed while attempts were in flight"
+    assert summary.dispatch_errors == len(lost)
+    for row in lost:
+        assert row["final"] is False
+        assert row["rollout_failure"]["delivery"] == "possibly_delivered"
+        assert row["rollout_failure"]["source"] == "collector"
+    assert summary.succeeded == 24
+
+
+class _KillsBetweenExchanges(RayCollector):
+    """Kills its first worker (Ray restarts it) while saving a row: between two exchanges with it."""
+
+    killed = False
+
+    def record(self, outcome: AttemptRow, successes: RowWriter, failures: RowWriter) -> bool:
+        if not self.killed and self.summary.attempts >= 4:
+            self.killed = True
+            ray.kill(self.workers[0], no_restart=False)
+            time.sleep(0.5)  # the next exchange then finds the worker dead or already restarted
+        return super().record(outcome, successes, failures)
+
+
+async def test_a_worker_restarted_between_exchanges_loses_nothing(tmp_path: Path, agent_url: str) -> None:
+    tasks = [{"mode": "ok", "sleep": 0.3} for _ in range(24)]
+    config = _config(tmp_path / "out", agent_url, tasks)
+    collector = _KillsBetweenExchanges(config, workers=2)
+    summary = await asyncio.wait_for(collector.run(), 60)
+    assert collector.killed
+    _assert_whole(config, 24)
+    assert summary.succeeded == 24
+    assert summary.dispatch_errors >= 1, "the attempts the first worker held were recorded as lost"
+
+
+async def test_a_worker_gone_for_good_hands_its_rollouts_to_the_others(
+    tmp_path: Path, agent_url: str
+) -> None:
+    tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(24)]
+    config = _config(tmp_path / "out", agent_url, tasks)
+    collector = RayCollector(config, workers=2)
+
+    async def end_a_worker() -> None:
+        while collector.progress.attempts < 4:
+            await asyncio.sleep(0.01)
+        ray.kill(collector.workers[0], no_restart=True)
+
+    killer = asyncio.create_task(end_a_worker())
+    summary = await collector.run()
+    await killer
+    _assert_whole(config, 24)
+    assert summary.dispatch_errors >= 1
+    assert summary.succeeded == 24
+
+
+async def test_every_worker_gone_ends_the_run_and_a_resume_finishes_it(
+    tmp_path: Path, agent_url: str
+) -> None:
+    tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(24)]
+    config = _config(tmp_path / "out", agent_url, tasks, max_attempts=5)
+    collector = RayCollector(config, workers=2)
+
+    async def end_every_worker() -> None:
+        while collector.progress.attempts < 4:
+            await asyncio.sleep(0.01)
+        for worker in collector.workers:
+            ray.kill(worker, no_restart=True)
+
+    killer = asyncio.create_task(end_every_worker())
+    with pytest.raises(CollectionFailure, match="every Ray worker was lost") as ended:
+        await collector.run()
+    await killer
+    assert ended.value.failure_kind == "collection_dispatch_failed"
+    before = _rows(config)
+    assert len(before) < 24 + 2 * 5, "the run ended early"
+    await collect(config)
+    rows = _assert_whole(config, 24)
+    assert all(row in rows for row in before), "no row is lost"
+
+
+async def test_workers_ray_cannot_place_end_the_run_with_a_clear_failure(
+    tmp_path: Path, agent_url: str
+) -> None:
+    """The session's Ray has two CPUs and each worker asks one: a third never starts."""
+    config = _config(tmp_path / "out", agent_url, [{"mode": "ok"}], timeout_s=1.5)
+    with pytest.raises(CollectionFailure, match=r"1 of 3 Ray workers did not start within 1\.5 s") as ended:
+        await collect_on_ray(config, workers=3)
+    assert ended.value.failure_kind == "collection_dispatch_failed"
+    assert _rows(config) == []
+    assert (await collect_on_ray(config, workers=2)).succeeded == 1, "the workers were ended"
+
+
+_RAY_SCRIPT = """
+import asyncio, sys
+from pathlib import Path
+from gym_failures.collection import CollectionConfig, collect
+from gym_failures.ray import collect_on_ray
+config = CollectionConfig(input_path=Path(sys.argv[1]), output_path=Path(sys.argv[2]), agent_url=sys.argv[3],
+    concurrency=4, max_attempts=3)
+run = collect_on_ray(config, workers=2, address=sys.argv[5]) if sys.argv[4] == "ray" else collect(config)
+asyncio.run(run)
+"""
+
+
+@pytest.mark.parametrize(("killed", "resumed"), [("ray", "local"), ("local", "ray")])
+async def test_a_driver_killed_mid_run_resumes_elsewhere_without_loss_or_duplicates(
+    tmp_path: Path, agent_url: str, ray_address: str, killed: str, resumed: str
+) -> None:
+    tasks = [{"mode": ("retry_then_ok", "always_fail", "ok")[i % 3], "sleep": 0.05} for i in range(60)]
+    config = _config(tmp_path / "out", agent_url, tasks)
+    arguments = [str(config.input_path), str(config.output_path), agent_url, killed, ray_address]
+    process = subprocess.Popen([sys.executable, "-c", _RAY_SCRIPT, *arguments], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(_rows(config)) < 25:
+            await asyncio.sleep(0.02)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    before = _rows(config)
+    assert 25 <= len(before) < 100, "the kill must land mid-run"
+    if resumed == "ray":
+        await collect_on_ray(config, workers=2)
+    else:
+        await collect(config)
+    rows = _assert_whole(config, 60)
+    assert all(row in rows for row in before), "no row is lost"
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process under `pid`, read from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads the process tree from /proc")
+def test_ctrl_c_stops_the_workers_and_the_local_ray_the_run_started(tmp_path: Path, agent_url: str) -> None:
+    tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(200)]
+    config = _config(tmp_path / "out", agent_url, tasks)
+    command = [
+        sys.executable,
+        "-m",
+        "gym_failures.cli",
+        "collect",
+        str(config.input_path),
+        "--agent-url",
+        agent_url,
+        "--output",
+        str(config.output_path),
+        "--concurrency",
+        "2",
+        "--ray",
+        "--workers",
+        "2",
+    ]
+    # No RAY_ADDRESS: the run starts a local Ray of its own, beside the session's.
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    started: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(_rows(config)) < 4:
+            started |= _descendants(process.pid)
+            time.sleep(0.05)
+        started |= _descendants(process.pid)
+        assert len(_rows(config)) >= 4, "the run got going"
+        # As a terminal's Ctrl-C does: SIGINT to the whole foreground process group.
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+    assert process.returncode == 130
+    assert b"Traceback" not in stderr
+    assert started, "the run started Ray processes"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(_alive(pid) for pid in started):
+        time.sleep(0.1)
+    assert [pid for pid in started if _alive(pid)] == []
+    assert len(_rows(config)) < 200, "the run stopped early"
+
+
+async def test_the_agent_urls_credentials_never_reach_a_row_from_a_ray_worker(
+    tmp_path: Path, agent_url: str
+) -> None:
+    """Workers send with the agent URL's Basic credential; the driver's one save point replaces it
+    wherever a reply quoted it, as a local run does."""
+    password = "Zq9RayAgentUrlPassword"
+    url = agent_url.replace("http://", f"http://collector:{password}@")
+    config = _config(tmp_path / "out", url, [{"mode": "quote_credentials"}], max_attempts=2)
+    await collect_on_ray(config, workers=1)
+    saved = config.output_path.read_text() + config.failures_path.read_text()
+    token = base64.b64encode(f"collector:{password}".encode()).decode()
+    assert "refused" in saved, "the control: the agent quoted what it was sent"
+    assert password not in saved
+    assert token not in saved
