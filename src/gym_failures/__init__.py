@@ -18,9 +18,15 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
     _stream_reader.py     READ      the terminal SSE event of a relayed stream
     rows.py               SAVED     the row contract: reading, writing, manifests
     collection/                     dispatch rollouts, save rows, attempt budgets, resume
+    nemo_gym.py                     NeMo Gym's row keys and labels, read and written beside ours
+    rollout_failure.py              the per-attempt record (NeMo Gym's RolloutFailure, version 2)
+    wire_contract.py                the JSON Schemas of the header, the stream field and the rows
+    ray/                            failures through Ray, and collection spread over Ray workers
     gate/                           the acceptance gate over saved rows
     reporting/                      summary (DuckDB), explain (cause trees), the HTML report
     cli/                            the `gym-failures` command line (commands apart from rendering)
+    telemetry/                      OpenTelemetry counters, span events and /metrics
+    model_endpoint/                 an OpenAI- and Anthropic-compatible endpoint that fails on request
     demo/                           a local gym with injected faults (`make demo`)
 
 The core (`failure_kinds`, `failure_records`, `failures`, `failure_transport`, `reply`,
