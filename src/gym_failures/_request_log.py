@@ -15,7 +15,8 @@ Decisions:
   counted in `dropped_model_operations`), because a client can start operations without end too.
 - A new log starts with one shared empty report (`EMPTY_REPORT`) and `add` replaces `report`, never
   changes it: a `FailureReport()` per request costs about 1 µs, three times the middleware's whole
-  cost over its structural floor. Emptiness is read from the content (`is_empty`), never by identity.
+  cost over its structural floor. Whether the log holds anything is the `observed` flag `add` sets
+  (`is_empty`), never an identity check against the shared report.
 - The log keeps the request's ASGI scope (`request_scope`, set by the middleware) so that the
   request's own secrets are read from it only when a report is about to leave the server.
 """
@@ -99,6 +100,9 @@ class RequestFailureLog:
     dropped_model_operations: int = field(default=0, init=False)
     request_scope: Mapping[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
     """The ASGI scope of the request this log belongs to, when a server middleware opened it."""
+    observed: bool = field(default=False, init=False, repr=False, compare=False)
+    """Whether `add` kept anything (an event, or the omitted flag): the middleware asks on every reply,
+    and a flag costs a tenth of reading the report's fields (measured: 0.08 us a request)."""
 
     def __init__(
         self,
@@ -109,6 +113,7 @@ class RequestFailureLog:
         # Written out rather than generated: the generated one calls a factory per field, and the
         # middleware makes a log per request (0.15 -> 0.08 us).
         self.report = report
+        self.observed = report is not EMPTY_REPORT and bool(report.events or report.omitted)
         self.model_operations = {} if model_operations is None else model_operations
         self.dropped_events = dropped_events
         self.dropped_model_operations = 0
@@ -116,8 +121,7 @@ class RequestFailureLog:
 
     def is_empty(self) -> bool:
         """Whether nothing was observed: no event, and nothing omitted."""
-        report = self.report
-        return not report.events and not report.omitted
+        return not self.observed
 
     def add(self, report: FailureReport) -> None:
         """Add `report`'s events as observations; the log never has a `failure_id` of its own."""
@@ -141,6 +145,7 @@ class RequestFailureLog:
             self.report = FailureReport.model_construct(
                 events=merged, failure_id=None, omitted=self.report.omitted or report.omitted
             )
+            self.observed = True
         elif report.omitted:
             self._mark_omitted()
 
@@ -149,6 +154,7 @@ class RequestFailureLog:
             self.report = FailureReport.model_construct(
                 events=self.report.events, failure_id=None, omitted=True
             )
+        self.observed = True
 
     def add_model_operation(self, observation: ModelOperationObservation) -> None:
         """Keep `observation`, the latest one per operation id, within the bound."""

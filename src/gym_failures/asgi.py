@@ -152,8 +152,7 @@ class FailureReportMiddleware:
                 headers = message.get("headers", ())
                 if type(headers) is not list:  # any other iterable: read it once, and keep it
                     headers = message["headers"] = list(headers)
-                report = log.report
-                if report.events or report.omitted:
+                if not log.is_empty():
                     message = _with_report_header(message, log)
                 else:
                     for name, _ in headers:
