@@ -828,7 +828,7 @@ class AttemptDispatcher:
                 )
                 raise failure from error
             assert status is not None
-            return episode_response(body, url), status
+            return read_episode_response(body, url), status
         except CollectionFailure as failure:
             if failure.http_details is None and status is not None:
                 # A reply came, and the collector refused it: delivered.
@@ -873,7 +873,7 @@ async def _bounded_body(reply: aiohttp.ClientResponse, limit: int, target: str) 
     return bytes(body)
 
 
-def episode_response(body: bytes, url: str) -> BaseEpisodeResponse:
+def read_episode_response(body: bytes, url: str) -> BaseEpisodeResponse:
     """The agent's 2xx reply `body` as an episode response; a `CollectionFailure` when it is none, or
     when its reward is not a finite number."""
     try:

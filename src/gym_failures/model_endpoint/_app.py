@@ -51,6 +51,7 @@ from gym_failures.model_endpoint._faults import (
     ModelEndpointPlan,
 )
 from gym_failures.reply import stream_failure_field
+from gym_failures.rows import parse_line
 
 __all__ = ["MAX_BODY_BYTES", "ModelEndpoint", "echo_responder", "error_shape_of", "quota_reset"]
 
@@ -186,10 +187,9 @@ class ModelEndpoint:
                     failure_reason=f"the request body is over {MAX_BODY_BYTES} bytes",
                     http_status=413,
                 )
-        try:
-            parsed = json.loads(body)
-        except (ValueError, RecursionError):
-            parsed = None
+        # The rows' reading: JSON holding a lone surrogate escape is the client's invalid request (a
+        # 400), never text this server fails on later with a 500 of its own.
+        parsed, _ = parse_line(bytes(body))
         return read_call(api, parsed, request.headers)
 
     def _fault(self, call: ModelCall) -> Fault | None:
