@@ -212,15 +212,25 @@ def _holds_lone_surrogate(row: dict[str, Any]) -> bool:
     return False
 
 
+def _first_of_each_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose key repeats keeps the key's first value, as DuckDB (`summarize`) reads it:
+    `json.loads` alone keeps the last, and the two readers would count such a row apart."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        obj.setdefault(key, value)
+    return obj
+
+
 def parse_line(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
     """One saved line as a row, or `None` and why it is none: every reader of rows (`read_rows`,
     `explain`, the HTML report's longest chain) reads a line this one way, as `summarize`'s SQL does.
 
     A line is a row when it is a JSON object of valid text: a line holding a lone surrogate escape
-    (`"\\ud800"`) is valid JSON but no text, and DuckDB reads it as no row of ours either.
+    (`"\\ud800"`) is valid JSON but no text, and DuckDB reads it as no row of ours either. A key that
+    repeats keeps its first value, as DuckDB keeps it.
     """
     try:
-        value = json.loads(line)
+        value = json.loads(line, object_pairs_hook=_first_of_each_key)
     except (ValueError, RecursionError) as error:
         return None, f"not JSON ({type(error).__name__})"
     if not isinstance(value, dict):
