@@ -288,6 +288,7 @@ def _sql_counts(path: Path, max_attempts: int) -> dict[str, Any]:
 @given(rows=st.lists(_ROW, max_size=8), max_attempts=st.integers(1, 3))
 @example(rows=[{"_ng_failure_class": "protocol_violation", "_ng_attempt_index": 2}], max_attempts=3)
 @example(rows=[{"reward": None, "response": "x", "failure_kind": "judge_failed"}], max_attempts=3)
+@example(rows=[{"attempt": 0, "_ng_failure_class": "judge_failed"}], max_attempts=1)  # found in make test
 def test_the_summarys_sql_counts_every_row_as_python_reads_it(
     tmp_path: Path, rows: list[dict[str, Any]], max_attempts: int
 ) -> None:

@@ -33,8 +33,8 @@ Decisions:
   together hold at least 64 KiB (never copies; however small the chunks) to read that event; when it
   starts further back (a terminal event longer than 64 KiB), the name of the last event seen open at
   a chunk boundary decides: an unnamed event that long is not read as terminal. A report read from
-  a terminal event means a terminal event was seen. A line
-  the stream never ended is not an event: a stream cut inside its terminal event did not end with it.
+  a terminal event means a terminal event was seen. A line the stream never ended is not an event:
+  a stream cut inside its terminal event did not end with it.
 - A Chat Completions stream names no event types: its chunk that carries a `finish_reason`, and a
   chunk `{"error": {...}}` (vLLM's failed stream), are its terminal events for reading a report.
 - `feed_text` encodes 64 Ki characters at a time; a lone surrogate (text that is not valid Unicode)

@@ -209,7 +209,9 @@ def _read_failure(row: dict[str, Any], max_attempts: int) -> None:
     row["failure"] = failure
     row["from_nemo_gym"] = True
     if not isinstance(row.get("final"), bool):
-        attempt = _int(row.get("attempt")) or 1
+        attempt = _int(row.get("attempt"))
+        if attempt is None:  # as the summary's SQL reads it: an int is the attempt, even 0
+            attempt = 1
         exhausted = attempt >= max_attempts
         row["final"] = terminal or exhausted
         row["final_reason"] = "terminal" if terminal else ("attempt_budget_exhausted" if exhausted else None)

@@ -31,8 +31,10 @@ __all__ = [
     "CommandError",
     "Subcommands",
     "add_command",
+    "add_metrics_option",
     "build_parser",
     "main",
+    "port_number",
     "program",
     "shell_path",
 ]
@@ -138,6 +140,28 @@ def add_command(
     )
     parser.set_defaults(run=run, extra=extra, command_name=name, counts_skipped_lines=counts_skipped_lines)
     return parser
+
+
+def add_metrics_option(parser: argparse.ArgumentParser) -> None:
+    """`--metrics-port PORT`, the same for every command that serves `/metrics` while it runs."""
+    parser.add_argument(
+        "--metrics-port",
+        type=port_number,
+        default=None,
+        metavar="PORT",
+        help="serve OpenTelemetry metrics at :PORT/metrics while running (the prometheus extra)",
+    )
+
+
+def port_number(text: str) -> int:
+    """A TCP port, 0-65535, as argparse reads an option's value."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535, not {port}")
+    return port
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -35,6 +35,7 @@ from gym_failures.cli._app import (
     CommandError,
     Subcommands,
     add_command,
+    add_metrics_option,
     program,
     shell_path,
 )
@@ -435,28 +436,8 @@ def add_collect(commands: Subcommands) -> None:
         metavar="N",
         help="Ray workers, each with --concurrency rollouts in flight (2; needs --ray)",
     )
-    _metrics_option(parser)
+    add_metrics_option(parser)
     _json_option(parser)
-
-
-def _metrics_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--metrics-port",
-        type=_port,
-        default=None,
-        metavar="PORT",
-        help="serve OpenTelemetry metrics at :PORT/metrics while running (the prometheus extra)",
-    )
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0-65535, not {port}")
-    return port
 
 
 def _output_path(output: Path) -> Path:

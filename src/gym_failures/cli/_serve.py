@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gym_failures.cli._app import EXIT_OK, CommandError, Subcommands, add_command
+from gym_failures.cli._app import (
+    EXIT_OK,
+    CommandError,
+    Subcommands,
+    add_command,
+    add_metrics_option,
+    port_number,
+)
 
 __all__ = ["FAULT_NAMES", "add_serve"]
 
@@ -40,7 +47,7 @@ def add_serve(commands: Subcommands) -> None:
     )
     parser.add_argument("server", choices=("model",), help="the server to run: model")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="the port to listen on (8000)")
+    parser.add_argument("--port", type=port_number, default=8000, help="the port to listen on (8000)")
     parser.add_argument(
         "--fault-plan",
         type=Path,
@@ -54,13 +61,7 @@ def add_serve(commands: Subcommands) -> None:
         metavar="KEY",
         help="require this key (Bearer or x-api-key) on every /v1 request ($GYM_FAILURES_API_KEY)",
     )
-    parser.add_argument(
-        "--metrics-port",
-        type=int,
-        default=None,
-        metavar="PORT",
-        help="serve OpenTelemetry metrics at :PORT/metrics while running (the prometheus extra)",
-    )
+    add_metrics_option(parser)
 
 
 def _run_serve(arguments: argparse.Namespace) -> int:

@@ -186,6 +186,16 @@ def reply_failure(
     return failure
 
 
+def _observed(response: Response) -> tuple[HttpLibrary, int, FailureReport | None]:
+    """`response`'s library, status and report, the report observed into the current request's log
+    (success or failure): what both raising helpers do first."""
+    library = reply_library(response)
+    status, headers, _, _ = library.reply(response)
+    report = FailureHeader.decode(headers)
+    observe_report(report)
+    return library, status, report
+
+
 async def raise_boundary_failure(
     response: Response,
     *,
@@ -202,10 +212,7 @@ async def raise_boundary_failure(
     `operation`, `operation_id` and `attempt_id` it describes the caller's own failure, raised when the
     reply carries no report.
     """
-    library = reply_library(response)
-    status, headers, _, _ = library.reply(response)
-    report = FailureHeader.decode(headers)
-    observe_report(report)
+    library, status, report = _observed(response)
     if 200 <= status < 300:
         return
     failure, _ = await _failure_for(
@@ -231,10 +238,7 @@ async def raise_for_status(
 ) -> None:
     """Observe `response`'s report; on a 4xx/5xx raise the library's own HTTP error type, carrying the
     rebuilt failure (`.failure`, also its `__cause__`) and the reply's content (`.content`)."""
-    library = reply_library(response)
-    status, headers, _, _ = library.reply(response)
-    report = FailureHeader.decode(headers)
-    observe_report(report)
+    library, status, report = _observed(response)
     if status < 400:
         return
     failure, content = await _failure_for(
