@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from gym_failures import failure_kinds
 from gym_failures.failure_kinds import (
     _DEFAULT_CLASSIFICATION,
+    _DEFAULT_RULES,
     _MAX_WARNED_UNKNOWN,
     _NAME_PATTERN,
     FAILURE_KINDS,
@@ -578,6 +579,18 @@ class TestConfig:
 
     def test_default_config_equals_a_fresh_one(self) -> None:
         assert _default_classification_config() == FailureClassificationConfig()
+
+    def test_the_plain_default_rules_are_a_fresh_config(self) -> None:
+        """Classifying without a config reads `_DEFAULT_RULES`, not a model: the same values."""
+        fresh = FailureClassificationConfig()
+
+        for field in FailureClassificationConfig.model_fields:
+            if field != "by_stage":
+                assert getattr(_DEFAULT_RULES, field) == getattr(fresh, field), field
+        assert set(_DEFAULT_RULES.by_stage) == set(fresh.by_stage)
+        for stage, rules in fresh.by_stage.items():
+            assert _DEFAULT_RULES.by_stage[stage].by_failure_kind == rules.by_failure_kind, stage
+            assert _DEFAULT_RULES.by_stage[stage].default_class is rules.default_class, stage
 
 
 class TestKindSets:

@@ -33,11 +33,22 @@ import enum
 import logging
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    # Re-exported as this module's names (`__getattr__` loads them at run time).
+    from gym_failures._classification_config import (
+        FailureClassificationConfig as FailureClassificationConfig,
+    )
+    from gym_failures._classification_config import (
+        StageClassificationConfig as StageClassificationConfig,
+    )
+    from gym_failures._classification_config import StatusCode as StatusCode
 
 logger = logging.getLogger(__name__)
 
@@ -324,8 +335,6 @@ SERVER_FAULT_KINDS: frozenset[str] = frozenset(
     if classification is _E and category == _SERVER
 )
 
-StatusCode = Annotated[int, Field(ge=400, le=599)]
-
 
 def _default_reporting_kinds(*, policy: bool) -> dict[int, str | None]:
     """One explicit rule per 4xx/5xx status, so a partial override never meets a hidden fallback.
@@ -471,8 +480,41 @@ def _http_status(status: object) -> int | None:
 
 
 # --- Configuration -----------------------------------------------------------------------------
+#
+# `FailureClassificationConfig` and `StageClassificationConfig` are pydantic models defined in
+# `gym_failures._classification_config` and loaded on first use (`__getattr__` below): classifying with
+# the defaults reads the plain tables here (`_DEFAULT_RULES`) and never defines a pydantic model, which
+# is most of `gym-failures gate`'s start-up otherwise (docs/benchmarks.md, "Command-line start-up").
 
 T = TypeVar("T")
+
+_CONFIG_MODELS = frozenset({"FailureClassificationConfig", "StageClassificationConfig", "StatusCode"})
+
+# Before the policy acts (admission, seed) and after its outcome exists (cleanup), nothing that
+# fails is the policy's behaviour: a prompt over the context limit at admission is the data set's.
+# In the agent and verification stages the kind decides (None), unless a caller admits more context.
+_STAGE_DEFAULT_CLASSES: dict[FailureStage, FailureClass | None] = {
+    "admission": _E,
+    "seed": _E,
+    "agent": None,
+    "verification": None,
+    "cleanup": _E,
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The configuration models, defined the first time one is asked for (PEP 562)."""
+    if name in _CONFIG_MODELS:
+        value = getattr(_config_models(), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _config_models() -> Any:
+    from gym_failures import _classification_config
+
+    return _classification_config
 
 
 def _validate_classification_kinds(rules: dict[str, T]) -> dict[str, T]:
@@ -484,42 +526,17 @@ def _validate_classification_kinds(rules: dict[str, T]) -> dict[str, T]:
     return rules
 
 
-class StageClassificationConfig(BaseModel):
-    """Classification overrides for an established originating stage."""
-
-    # Built on first validation, not at import: classifying with the default configuration validates
-    # nothing (see `_default_classification_config`), so `gym-failures gate` builds no validator here.
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-
-    by_failure_kind: dict[str, FailureClass] = Field(default_factory=dict)
-    default_class: FailureClass | None = None
-
-    @field_validator("by_failure_kind")
-    @classmethod
-    def validate_kinds(cls, value: dict[str, FailureClass]) -> dict[str, FailureClass]:
-        return _validate_classification_kinds(value)
-
-
 def _default_stage_classification() -> dict[FailureStage, StageClassificationConfig]:
-    # Before the policy acts (admission, seed) and after its outcome exists (cleanup), nothing that
-    # fails is the policy's behaviour: a prompt over the context limit at admission is the data set's.
-    # In the agent and verification stages the kind decides, unless a caller admits more context.
-    # `model_construct` with valid values is what validation returns (same values, same fields set)
-    # without building the validator; tests/gate/test_gate_startup.py checks it.
-    evaluation = FailureClass.EVALUATION
-    return {
-        "admission": StageClassificationConfig.model_construct(default_class=evaluation),
-        "seed": StageClassificationConfig.model_construct(default_class=evaluation),
-        "agent": StageClassificationConfig.model_construct(),
-        "verification": StageClassificationConfig.model_construct(),
-        "cleanup": StageClassificationConfig.model_construct(default_class=evaluation),
-    }
+    stage_defaults: dict[FailureStage, StageClassificationConfig] = _config_models().stage_defaults()
+    return stage_defaults
 
 
 def _merge_stage_overrides(
     defaults: dict[str, BaseModel], value: object, dict_fields: tuple[str, ...]
 ) -> object:
     """Merge partial stage configurations before their concrete models validate them."""
+    from pydantic import BaseModel  # loaded already: this runs inside a model's validation
+
     if not isinstance(value, Mapping):
         return value  # let validation report the wrong type
     merged: dict[object, object] = {
@@ -542,78 +559,48 @@ def _merge_stage_overrides(
     return merged
 
 
-class FailureClassificationConfig(BaseModel):
-    """One shared stage/kind mapping and explicit HTTP evidence rules.
-
-    Class overrides by HTTP status take precedence, followed by stage kind/default, HTTP-derived
-    evidence, kind, and the unknown fallback. Stage rules require context admitted by the caller; a
-    provider cannot establish agent ownership on its own. Partial overrides retain unspecified
-    defaults. HTTP-derived labels are reporting projections only: never write them back into
-    observed failure events.
-    """
-
-    model_config = ConfigDict(extra="forbid", defer_build=True)  # see StageClassificationConfig
-
-    by_failure_kind: dict[str, FailureClass] = Field(
-        default_factory=lambda: {kind: cls for kind, (cls, _) in _DEFAULT_CLASSIFICATION.items()}
-    )
-    by_stage: dict[FailureStage, StageClassificationConfig] = Field(
-        default_factory=_default_stage_classification
-    )
-    by_status_code: dict[StatusCode, FailureClass] = Field(default_factory=dict)
-    default_class: FailureClass = FailureClass.UNKNOWN
-    reporting_kind_by_status_code: dict[StatusCode, str | None] = Field(
-        default_factory=lambda: _default_reporting_kinds(policy=True)
-    )
-    non_policy_reporting_kind_by_status_code: dict[StatusCode, str | None] = Field(
-        default_factory=lambda: _default_reporting_kinds(policy=False)
-    )
-
-    @field_validator(
-        "by_failure_kind",
-        "reporting_kind_by_status_code",
-        "non_policy_reporting_kind_by_status_code",
-        mode="before",
-    )
-    @classmethod
-    def merge_rules(cls, value: dict[Any, Any], info: ValidationInfo) -> dict[Any, Any]:
-        if not isinstance(value, Mapping):
-            return value  # let validation report the wrong type
-        field = cls.model_fields[info.field_name or ""]
-        defaults = field.get_default(call_default_factory=True)
-        return {**defaults, **value}
-
-    @field_validator("by_stage", mode="before")
-    @classmethod
-    def merge_stages(cls, value: object) -> object:
-        defaults: dict[str, BaseModel] = {
-            stage: config for stage, config in _default_stage_classification().items()
-        }
-        return _merge_stage_overrides(defaults, value, dict_fields=("by_failure_kind",))
-
-    @field_validator("by_failure_kind")
-    @classmethod
-    def validate_kinds(cls, value: dict[str, FailureClass]) -> dict[str, FailureClass]:
-        return _validate_classification_kinds(value)
-
-    @field_validator("reporting_kind_by_status_code", "non_policy_reporting_kind_by_status_code")
-    @classmethod
-    def validate_reporting_kinds(cls, value: dict[int, str | None]) -> dict[int, str | None]:
-        for status, kind in value.items():
-            if kind is not None and not _is_classifiable(kind):
-                raise ValueError(f"status {status}: {kind[:200]!r} is not a failure kind")
-        return value
-
-
 @cache
 def _default_classification_config() -> FailureClassificationConfig:
     """Private read-only default for classification; caller-created configs remain independent.
 
     Without input, validation only fills the defaults (no default is validated, no validator runs on
-    one), which is what `model_construct()` does without building the validator: the gate's start-up
-    (`benchmarks/bench_startup.py`) builds no pydantic validator for it.
+    one), which is what `model_construct()` does without building the validator. Classification itself
+    reads `_DEFAULT_RULES`, the same values as plain data.
     """
-    return FailureClassificationConfig.model_construct()
+    default: FailureClassificationConfig = _config_models().FailureClassificationConfig.model_construct()
+    return default
+
+
+class _StageRules(NamedTuple):
+    by_failure_kind: Mapping[str, FailureClass]
+    default_class: FailureClass | None
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """What classification reads of a `FailureClassificationConfig`, as plain data."""
+
+    by_failure_kind: Mapping[str, FailureClass]
+    by_stage: Mapping[FailureStage, _StageRules]
+    by_status_code: Mapping[int, FailureClass]
+    default_class: FailureClass
+    reporting_kind_by_status_code: Mapping[int, str | None]
+    non_policy_reporting_kind_by_status_code: Mapping[int, str | None]
+
+
+# `FailureClassificationConfig()`'s values (tests/test_failure_kinds.py keeps them equal, field by field).
+_DEFAULT_RULES = _Rules(
+    by_failure_kind={kind: cls for kind, (cls, _) in _DEFAULT_CLASSIFICATION.items()},
+    by_stage={stage: _StageRules({}, cls) for stage, cls in _STAGE_DEFAULT_CLASSES.items()},
+    by_status_code={},
+    default_class=FailureClass.UNKNOWN,
+    reporting_kind_by_status_code=_default_reporting_kinds(policy=True),
+    non_policy_reporting_kind_by_status_code=_default_reporting_kinds(policy=False),
+)
+
+
+def _rules(config: FailureClassificationConfig | None) -> FailureClassificationConfig | _Rules:
+    return _DEFAULT_RULES if config is None else config
 
 
 # --- Classification ----------------------------------------------------------------------------
@@ -635,11 +622,9 @@ def reporting_failure_kind(
     status = _http_status(http_status)
     if status is None or (kind is not None and kind not in _HTTP_SHAPED_KINDS):
         return kind
-    config = config or _default_classification_config()
-    rules = (
-        config.reporting_kind_by_status_code if policy else config.non_policy_reporting_kind_by_status_code
-    )
-    projected = rules.get(status)
+    rules = _rules(config)
+    table = rules.reporting_kind_by_status_code if policy else rules.non_policy_reporting_kind_by_status_code
+    projected = table.get(status)
     return kind if projected is None else projected
 
 
@@ -651,22 +636,22 @@ def classify_failure(
     config: FailureClassificationConfig | None = None,
 ) -> FailureClass:
     """Interpret only supplied evidence; never walk causes or mutate the observed kind/stage."""
-    config = config or _default_classification_config()
+    rules = _rules(config)
     status = _http_status(http_status)
-    if status is not None and status in config.by_status_code:
-        return config.by_status_code[status]
-    stage_rules = config.by_stage.get(stage) if stage is not None else None
+    if status is not None and status in rules.by_status_code:
+        return rules.by_status_code[status]
+    stage_rules = rules.by_stage.get(stage) if stage is not None else None
     if stage_rules is not None:
         if failure_kind is not None and failure_kind in stage_rules.by_failure_kind:
             return stage_rules.by_failure_kind[failure_kind]
         if stage_rules.default_class is not None:
             return stage_rules.default_class
     reporting = reporting_failure_kind(failure_kind, status, policy, config)
-    if reporting is not None and reporting != failure_kind and reporting in config.by_failure_kind:
-        return config.by_failure_kind[reporting]
-    if failure_kind is not None and failure_kind in config.by_failure_kind:
-        return config.by_failure_kind[failure_kind]
-    return config.default_class
+    if reporting is not None and reporting != failure_kind and reporting in rules.by_failure_kind:
+        return rules.by_failure_kind[reporting]
+    if failure_kind is not None and failure_kind in rules.by_failure_kind:
+        return rules.by_failure_kind[failure_kind]
+    return rules.default_class
 
 
 def http_status_can_change_class(
@@ -679,14 +664,12 @@ def http_status_can_change_class(
     A reader that holds a failure's kind can skip finding its status when this is False (the gate does,
     so that it validates no saved report it does not need).
     """
-    config = config or _default_classification_config()
-    return bool(config.by_status_code) or failure_kind is None or failure_kind in _HTTP_SHAPED_KINDS
+    return bool(_rules(config).by_status_code) or failure_kind is None or failure_kind in _HTTP_SHAPED_KINDS
 
 
 def is_evaluation_side(name: str, config: FailureClassificationConfig | None = None) -> bool:
     """Whether a registered kind has a shared evaluation-side default without extra context."""
-    config = config or _default_classification_config()
-    return config.by_failure_kind.get(name) is FailureClass.EVALUATION
+    return _rules(config).by_failure_kind.get(name) is FailureClass.EVALUATION
 
 
 def is_server_failure(kind: str | None, config: FailureClassificationConfig | None = None) -> bool:

@@ -171,7 +171,7 @@ def test_help_lists_the_exit_statuses() -> None:
 
 
 def test_the_gate_defaults_shown_in_help_are_the_gates() -> None:
-    assert GateThresholds().model_dump() == GATE_DEFAULTS
+    assert GateThresholds().as_dict() == GATE_DEFAULTS
 
 
 # --- collect -----------------------------------------------------------------------------------

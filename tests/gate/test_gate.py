@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
 
 from gym_failures import gate
 from gym_failures.failure_kinds import (
@@ -377,9 +376,35 @@ def test_looser_thresholds_pass_a_run_the_defaults_fail() -> None:
     assert check(coverage, thresholds).passed
 
 
-def test_a_share_threshold_above_one_is_refused() -> None:
-    with pytest.raises(ValidationError):
-        GateThresholds(max_evaluation_share=1.5)
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"max_evaluation_share": 1.5},
+        {"max_evaluation_share": 1.0000001},
+        {"min_scored_share": -0.0001},
+        {"max_unknown_share": float("nan")},
+        {"min_scored_share": "0.5"},
+        {"min_scored_share": True},
+        {"max_missing": -1},
+        {"max_missing": 1.0},
+    ],
+)
+def test_a_threshold_out_of_its_range_or_type_is_refused(given: dict[str, Any]) -> None:
+    (name,) = given
+    with pytest.raises(ValueError, match=f"^{name} is a"):
+        GateThresholds(**given)
+
+
+@pytest.mark.parametrize("bound", [0, 0.0, 1, 1.0])
+def test_a_share_at_its_bounds_is_accepted_as_a_float(bound: float) -> None:
+    thresholds = GateThresholds(min_scored_share=bound, max_evaluation_share=bound, max_unknown_share=bound)
+    assert thresholds.as_dict() == {
+        "min_scored_share": float(bound),
+        "max_evaluation_share": float(bound),
+        "max_unknown_share": float(bound),
+        "max_missing": 0,
+    }
+    assert all(type(value) is float for value in list(thresholds.as_dict().values())[:3])
 
 
 def test_evaluation_share_counts_failed_and_gate_derived_outcomes() -> None:

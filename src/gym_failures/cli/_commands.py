@@ -366,7 +366,7 @@ def _run_gate(arguments: argparse.Namespace) -> int:
     for warning in verdict.warnings:
         _warn(warning)
     if arguments.json_output:
-        print_json(verdict.model_dump_json(indent=2))
+        print_json(json.dumps(verdict.as_dict(), indent=2))
     else:
         from gym_failures.cli._render import print_verdict
 

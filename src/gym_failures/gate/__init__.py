@@ -14,7 +14,8 @@ module, each with its part of the contract in its docstring:
 A row is read, never trusted: a value of the wrong type (a list where a string belongs, a number for
 a mapping) is no evidence, and no row makes the gate raise.
 
-This package imports pydantic, the standard library and the row reader only.
+This package imports the standard library, `failure_kinds` and the row reader only: no pydantic model
+is defined on its path (the gate's types are frozen dataclasses), so `gym-failures gate` starts fast.
 """
 
 from gym_failures.gate._answers import (

@@ -30,11 +30,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
-
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from gym_failures.failure_kinds import (
     EMPTY_ANSWER,
@@ -42,7 +40,6 @@ from gym_failures.failure_kinds import (
     MALFORMED_ANSWER,
     TRUNCATED_ANSWER,
     FailureClass,
-    FailureClassificationConfig,
     FailureStage,
     classify_failure,
     http_status_can_change_class,
@@ -58,7 +55,13 @@ from gym_failures.rows import (
     read_rows,
 )
 
+if TYPE_CHECKING:
+    from gym_failures.failure_kinds import FailureClassificationConfig
+
 _STAGES: frozenset[str] = frozenset(get_args(FailureStage))
+
+ExpectedSource = Literal["given", "manifest", "rows_seen"]
+_EXPECTED_SOURCES: frozenset[str] = frozenset(get_args(ExpectedSource))
 
 # The stage each gate class arises in, as classification evidence: the answer faults are the
 # policy's generation (agent), a missing verdict is the grader's (verification).
@@ -74,13 +77,11 @@ def _class_counts() -> dict[str, int]:
     return {failure_class.value: 0 for failure_class in FailureClass}
 
 
-class Coverage(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Coverage:
     """What a run's saved rows cover: every expected rollout is scored, gate-derived, failed,
-    unscored or missing (see the module docstring)."""
-
-    # Built on first validation or serialization: the gate itself makes a `Coverage` from values of
-    # exactly its field types (see `_coverage`), so `gym-failures gate` builds no validator for it.
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    unscored or missing (see the module docstring). Counts are ints; a value of another type is
+    refused (`TypeError`), so a coverage is always what `as_dict` can print."""
 
     expected: int
     seen: int
@@ -91,12 +92,12 @@ class Coverage(BaseModel):
     """Success rows with neither a verdict nor a gate class (only with rules that let them pass)."""
     masked: int = 0
     """Success rows whose result must not be trained on (NeMo Gym's `mask_sample`): outcomes, not scored."""
-    failed: dict[str, int] = Field(default_factory=_class_counts)
+    failed: dict[str, int] = field(default_factory=_class_counts)
     """Final failure outcomes by class (model, evaluation, unknown)."""
-    failed_by_kind: dict[str, int] = Field(default_factory=dict)
-    gate_derived: dict[str, int] = Field(default_factory=_class_counts)
+    failed_by_kind: dict[str, int] = field(default_factory=dict)
+    gate_derived: dict[str, int] = field(default_factory=_class_counts)
     """Gate-derived outcomes by class."""
-    gate_derived_by_kind: dict[str, int] = Field(default_factory=dict)
+    gate_derived_by_kind: dict[str, int] = field(default_factory=dict)
     retried_attempts: int = 0
     """Failure rows that were not final: attempts a later one replaced."""
     missing: int
@@ -109,12 +110,25 @@ class Coverage(BaseModel):
     """Rows NeMo Gym marked never to be saved (`_ng_no_persist`, `_ng_dispatch_drained`): skipped."""
     invalid_lines: int = 0
     torn_tails: int = 0
-    expected_source: Literal["given", "manifest", "rows_seen"] = "given"
+    expected_source: ExpectedSource = "given"
     """Where `expected` came from: the caller, the collection manifests, or the rollouts seen."""
-    manifests: list[str] = Field(default_factory=list)
+    manifests: list[str] = field(default_factory=list)
     """The manifests `expected` was read from."""
 
-    @computed_field  # type: ignore[prop-decorator]
+    def __post_init__(self) -> None:
+        # The annotations are strings here (`from __future__ import annotations`).
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.type == "int":
+                _require_int(item.name, value)
+            elif item.type == "dict[str, int]":
+                if not isinstance(value, dict):
+                    raise TypeError(f"Coverage.{item.name} is a dict, not {type(value).__name__}")
+                for key, count in value.items():
+                    _require_int(f"{item.name}[{key!r}]", count)
+        if self.expected_source not in _EXPECTED_SOURCES:
+            raise ValueError(f"Coverage.expected_source is one of {sorted(_EXPECTED_SOURCES)}")
+
     @property
     def outcomes(self) -> int:
         """Rollouts with a final outcome."""
@@ -126,7 +140,6 @@ class Coverage(BaseModel):
             + sum(self.gate_derived.values())
         )
 
-    @computed_field  # type: ignore[prop-decorator]
     @property
     def line(self) -> str:
         """ "N of M scored"."""
@@ -139,6 +152,15 @@ class Coverage(BaseModel):
     def by_class(self, failure_class: FailureClass) -> int:
         """Failed and gate-derived outcomes of one class."""
         return self.failed[failure_class.value] + self.gate_derived[failure_class.value]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field, then `outcomes` and `line`: JSON-ready (`gym-failures gate --json`)."""
+        return {**asdict(self), "outcomes": self.outcomes, "line": self.line}
+
+
+def _require_int(name: str, value: object) -> None:
+    if type(value) is not int:
+        raise TypeError(f"Coverage.{name} is an int, not {type(value).__name__}")
 
 
 @dataclass
@@ -254,7 +276,7 @@ def rollout_coverage(
             outcomes[key] = cast(_Outcome, _outcome(closing, rules, config))
             retried -= 1
     coverage = _coverage(outcomes, len(seen), retried, other, expected)
-    return coverage.model_copy(update={"not_persisted_rows": not_persisted}) if not_persisted else coverage
+    return replace(coverage, not_persisted_rows=not_persisted) if not_persisted else coverage
 
 
 def _coverage(
@@ -276,11 +298,7 @@ def _coverage(
             gate_by_kind[outcome.kind] += 1
     source: Literal["given", "rows_seen"] = "rows_seen" if expected is None else "given"
     expected = seen if expected is None else expected
-    # Every value below is exactly its field's type (an `expected` of another type is left to
-    # validation), which validation returns as it is: constructing is the same `Coverage` without
-    # building its validator, which `gym-failures gate` would pay at every start (docs/benchmarks.md).
-    make = Coverage.model_construct if type(expected) is int else Coverage
-    return make(
+    return Coverage(
         expected=expected,
         expected_source=source,
         seen=seen,
@@ -329,4 +347,4 @@ def read_coverage(
     }
     if manifests:
         update.update(expected_source="manifest", manifests=[str(path) for path in manifests])
-    return coverage.model_copy(update=update)
+    return replace(coverage, **update)

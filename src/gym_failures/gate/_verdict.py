@@ -1,14 +1,23 @@
-"""The verdict: a run's coverage checked against thresholds (`GateThresholds`, `check`)."""
+"""The verdict: a run's coverage checked against thresholds (`GateThresholds`, `check`).
+
+The gate's types are frozen dataclasses, not pydantic models: `gym-failures gate` then starts without
+pydantic's model machinery (docs/benchmarks.md, "Command-line start-up"); each checks its own values
+and prints itself with `as_dict`.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from gym_failures.failure_kinds import FailureClass
 from gym_failures.gate._coverage import Coverage
 
+_SHARES = ("min_scored_share", "max_evaluation_share", "max_unknown_share")
 
-class GateThresholds(BaseModel):
+
+@dataclass(frozen=True, kw_only=True)
+class GateThresholds:
     """What a run must meet to pass. The defaults are conservative: they fail a run rather than let
     an evaluation fault be trained on as a reward.
 
@@ -21,32 +30,53 @@ class GateThresholds(BaseModel):
     - `max_missing` 0: every expected rollout has a final outcome.
     """
 
-    # Deferred, as `Coverage` is: the defaults need no validator (see `check`).
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    min_scored_share: float = 0.95
+    max_evaluation_share: float = 0.02
+    max_unknown_share: float = 0.0
+    max_missing: int = 0
 
-    min_scored_share: float = Field(default=0.95, ge=0.0, le=1.0)
-    max_evaluation_share: float = Field(default=0.02, ge=0.0, le=1.0)
-    max_unknown_share: float = Field(default=0.0, ge=0.0, le=1.0)
-    max_missing: int = Field(default=0, ge=0)
+    def __post_init__(self) -> None:
+        """A share is a number from 0 to 1 (an int is taken as a float), `max_missing` an int from 0;
+        anything else raises `ValueError` naming the threshold."""
+        for name in _SHARES:
+            value = getattr(self, name)
+            if type(value) not in (int, float) or not 0.0 <= value <= 1.0:  # NaN fails the range too
+                raise ValueError(f"{name} is a number from 0 to 1, not {value!r}")
+            object.__setattr__(self, name, float(value))
+        if type(self.max_missing) is not int or self.max_missing < 0:
+            raise ValueError(f"max_missing is a whole number from 0, not {self.max_missing!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The four thresholds, JSON-ready."""
+        return asdict(self)
 
 
-class GateVerdict(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class GateVerdict:
     """The gate's answer: `passed`, each threshold the coverage failed, and what weakens the answer."""
-
-    model_config = ConfigDict(frozen=True, defer_build=True)
 
     passed: bool
     reasons: list[str]
     coverage: Coverage
     thresholds: GateThresholds
-    warnings: list[str] = Field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     """What the verdict could not check (such as an `expected` taken from the rows seen)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The verdict, its coverage (with `outcomes` and `line`) and thresholds: JSON-ready
+        (`gym-failures gate --json` prints it)."""
+        return {
+            "passed": self.passed,
+            "reasons": list(self.reasons),
+            "coverage": self.coverage.as_dict(),
+            "thresholds": self.thresholds.as_dict(),
+            "warnings": list(self.warnings),
+        }
 
 
 def check(coverage: Coverage, thresholds: GateThresholds | None = None) -> GateVerdict:
     """`coverage` against `thresholds` (the defaults when None)."""
-    # `model_construct()` without input is `GateThresholds()`: validation would only fill the defaults.
-    thresholds = thresholds or GateThresholds.model_construct()
+    thresholds = thresholds or GateThresholds()
     reasons: list[str] = []
     if coverage.expected == 0:
         reasons.append("no rollouts expected or seen")
@@ -78,10 +108,6 @@ def check(coverage: Coverage, thresholds: GateThresholds | None = None) -> GateV
             "given and no collection manifest sits beside the rows): a rollout that left no row at all "
             "is not counted as missing"
         )
-    # Validation would return these values as they are (model instances are not revalidated, the
-    # lists are this function's own strings): the same verdict without building the validator.
-    exact = isinstance(coverage, Coverage) and isinstance(thresholds, GateThresholds)
-    make = GateVerdict.model_construct if exact else GateVerdict
-    return make(
+    return GateVerdict(
         passed=not reasons, reasons=reasons, coverage=coverage, thresholds=thresholds, warnings=warnings
     )
