@@ -666,3 +666,21 @@ def test_explain_shows_a_row_holding_a_lone_surrogate_as_an_invalid_line(tmp_pat
     as_json = _invoke("explain", failures, "--line", "1", "--json")
     assert as_json.exit_code == 0
     assert json.loads(as_json.output)[0]["outcome"] == "invalid"
+
+
+def test_summarize_leaves_out_a_grouping_whose_every_value_is_none(tmp_path: Path) -> None:
+    """Failures without an HTTP status: one line says so instead of a table of "(none)"."""
+    failure = AgentFailure(failure_kind="agent_limit", stage="agent")
+    result = _invoke("summarize", write_jsonl(tmp_path / "f.jsonl", [failure_row(failure, "0:0")]))
+    assert result.exit_code == 0
+    assert "Failures by HTTP status: no failure row names its HTTP status." in result.stdout
+    assert "Failures by stage" in result.stdout
+    assert "No failure row gives a reason." in result.stdout
+    assert "(none)" not in result.stdout
+
+
+def test_summarize_with_no_failure_rows_draws_no_failure_table(tmp_path: Path) -> None:
+    result = _invoke("summarize", write_jsonl(tmp_path / "f.jsonl", [success_row("0:0")]))
+    assert result.exit_code == 0
+    assert "No failure rows: nothing to group." in result.stdout
+    assert "Failures by" not in result.stdout

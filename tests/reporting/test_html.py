@@ -120,6 +120,12 @@ def test_a_grouping_with_only_none_values_is_left_out(tmp_path: Path) -> None:
     assert "<td>(none)</td>" not in page
 
 
+def test_failures_without_a_reason_draw_no_empty_reasons_table(tmp_path: Path) -> None:
+    failure = AgentFailure(failure_kind="agent_limit", stage="agent")
+    page = render_html(_summary_of(tmp_path, [failure_row(failure, "0:0")]))
+    assert "<h2>Most common reasons</h2>\n<p>No failure row gives a reason.</p>" in page
+
+
 # --- layout in a real browser ------------------------------------------------------------------
 
 _PROBE = """<script>

@@ -98,7 +98,11 @@ def progress_bar(enabled: bool, description: str) -> Iterator[Callable[[float, f
 # --- summarize ---------------------------------------------------------------------------------
 
 
-def _group_table(title: str, groups: Sequence[GroupCount]) -> Table:
+def _group_table(title: str, groups: Sequence[GroupCount]) -> Table | Text:
+    from gym_failures.reporting.summary import nothing_to_show
+
+    if nothing_to_show(groups):
+        return Text(f"Failures by {title}: no failure row names its {title}.")
     table = Table(title=f"Failures by {title}", title_justify="left")
     table.add_column(title, overflow="fold")
     for name in ("failure rows", "final", "share"):
@@ -120,6 +124,9 @@ def print_summary(summary: Summary) -> None:
     )
     for torn in summary.torn_tails:
         console.print(cell(f"{torn.path}: torn last line ({torn.bytes} bytes) skipped", style="yellow"))
+    if not summary.failure_rows:
+        console.print(Text("No failure rows: nothing to group."))
+        return
     classes = Table(title="Failures by class", title_justify="left")
     kinds = Table(title="Failures by kind", title_justify="left")
     kinds.add_column("kind", overflow="fold")
@@ -167,7 +174,7 @@ def print_summary(summary: Summary) -> None:
     reasons.add_column("reason", overflow="fold")
     for reason in summary.top_reasons:
         reasons.add_row(str(reason.count), cell(reason.kind), cell(reason.reason))
-    console.print(attempts, reasons)
+    console.print(attempts, reasons if summary.top_reasons else Text("No failure row gives a reason."))
     if summary.quota_resets:
         resets = Table(title="Quota reset times", title_justify="left")
         resets.add_column("resets at")

@@ -171,13 +171,11 @@ def _breakable(value: object) -> str:
     return escape(str(value)).replace("_", "_<wbr>")
 
 
-def _all_none(groups: Sequence[GroupCount]) -> bool:
-    return all(group.value is None for group in groups)
-
-
 def _group_table(title: str, groups: Sequence[GroupCount]) -> str:
+    from gym_failures.reporting.summary import nothing_to_show  # loaded: `groups` is a summary's
+
     heading = f"<h2>By {escape(title)}</h2>"
-    if _all_none(groups):
+    if nothing_to_show(groups):
         return heading + f"<p>No failure row names its {escape(title)}.</p>"
     rows = [(_label(group.value), group.count, group.final, _percent(group.share)) for group in groups]
     return heading + _table((title, "failure rows", "final", "share"), rows, frozenset({1, 2, 3}))
@@ -271,17 +269,19 @@ def _cause_tree_section(explanation: RowExplanation) -> str:
 
 
 def _charts(summary: Summary) -> list[str]:
+    from gym_failures.reporting.summary import nothing_to_show  # loaded: `summary` is one
+
     if not summary.failure_rows:
         return ["<h2>Charts</h2>", "<p>No failure rows: nothing to chart.</p>"]
     sections: list[str] = []
-    if not _all_none(summary.by_class):
+    if not nothing_to_show(summary.by_class):
         bars = [
             (_label(group.value), group.count, group.share, _CLASS_COLOURS.get(str(group.value), "#9d9d9d"))
             for group in summary.by_class
         ]
         sections += ["<h2>Failure share by class</h2>", _hbar_chart(bars)]
     kinds = summary.by_kind
-    if not _all_none(kinds):
+    if not nothing_to_show(kinds):
         kind_bars = [
             (_label(kind.value), kind.count, kind.share, _CLASS_COLOURS.get(kind.failure_class, "#9d9d9d"))
             for kind in kinds[:_MAX_KIND_BARS]
@@ -344,7 +344,9 @@ def render_html(
                 ("count", "kind", "reason"),
                 [(reason.count, _label(reason.kind), reason.reason) for reason in summary.top_reasons],
                 frozenset({0}),
-            ),
+            )
+            if summary.top_reasons
+            else "<p>No failure row gives a reason.</p>",
         ]
     if summary.quota_resets:
         sections += [

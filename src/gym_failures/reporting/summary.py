@@ -81,6 +81,7 @@ __all__ = [
     "Summary",
     "TornTail",
     "input_files",
+    "nothing_to_show",
     "projection",
     "read_json_source",
     "summarize",
@@ -215,6 +216,13 @@ class GroupCount(BaseModel):
     final: int
     share: float
     """Of all failure rows."""
+
+
+def nothing_to_show(groups: Sequence[GroupCount]) -> bool:
+    """Whether a grouping has nothing to show: no failure rows, or not one with a value (every value
+    `(none)`, such as the HTTP status of runs whose failures had none). The terminal and HTML reports
+    leave such a grouping out, with one line saying why, rather than drawing it empty."""
+    return all(group.value is None for group in groups)
 
 
 class KindCount(GroupCount):
