@@ -6,8 +6,8 @@ The parser is the standard library's `argparse`, not typer: typer (with click an
 (rich, duckdb, aiohttp, the gate) inside its run function, so building the parser imports none of
 them.
 
-Every error a user can fix (a bad option, a missing or unreadable path, input with no rows, a missing
-extra) is one line on stderr, `gym-failures <command>: error: <what>`, and exit status 2; never a
+Every error a user can fix (a bad option, a missing or unreadable path, input with no rows or tasks, a
+busy port, a missing extra) is one line on stderr, `gym-failures <command>: error: <what>`, and exit status 2; never a
 traceback or a validation dump.
 """
 
@@ -48,7 +48,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 """The command ran and the answer is no: the gate failed, no row matched, no rollout succeeded."""
 EXIT_USAGE = 2
-"""Nothing was done: a bad option, a missing or unreadable path, input without rows, a missing extra."""
+"""Nothing was done: a bad option, a missing or unreadable path, input without rows or tasks, a busy
+port, a missing extra."""
 EXIT_INTERRUPTED = 130
 """Interrupted (Ctrl-C), as shells report SIGINT."""
 EXIT_BROKEN_PIPE = 141
@@ -57,9 +58,10 @@ EXIT_BROKEN_PIPE = 141
 EXIT_STATUS_HELP = """exit status:
   0    done (gate: the run passed)
   1    done, and the answer is no: the gate failed; explain found no such row;
-       collect: no rollout succeeded, or the agent could not be reached
+       collect: no rollout of the run succeeded (its resumed rows included)
   2    nothing done: a bad option, a missing or unreadable path, input without
-       rows, an extra that is not installed (one line on stderr says which)
+       rows or tasks, a busy port, an extra that is not installed (one line on
+       stderr says which)
   130  interrupted
   141  the output's reader closed the pipe (| head)"""
 

@@ -12,10 +12,21 @@ Decisions:
 - A directory argument stands for its row files (`gym_failures.rows.row_files`): the files its
   manifests name, never its tasks or injected faults. An input that names no file, or whose files
   hold no rollout row, is an error (exit status 2), never an empty table with exit status 0.
+- A run's success rows named alone (`out.jsonl` beside its manifest) bring the run's failures
+  (`out_failures.jsonl`), with a line on stderr: a run's rows without its failures count its final
+  failures as missing. Not the other way round: the failures alone are what a user asks for when
+  naming them. Every input is read once, however often it is named (`row_inputs`).
 - `collect --output out` (no `.jsonl`) writes `out.jsonl` and `out_failures.jsonl`, and says so:
   the readers find a run's rows by that suffix. Any other suffix (`out.json`) is refused.
-- `collect` exits 1 when the run tried rollouts and none succeeded, naming the most common final
-  failure kind (and the agent URL, when no request reached it).
+- `collect` exits 1 when the run's rows (this invocation's and the resumed runs') hold no success,
+  in one line naming the most common final failure kinds, the agent URL when no request reached it,
+  and the status when every final failure has the same one. A re-run of a run where nothing
+  succeeded exits 1 again: a script must not read "nothing left to do" as success. A task file
+  without a task is exit status 2, before anything is written.
+- `collect --output DIR` takes the rows file the directory's one manifest names (a demo's run
+  holds tasks and injected faults beside it); without one manifest the collector chooses.
+- Messages name the command line's flags (`--num-repeats`, `--force-resume`), never the
+  collection's field names.
 """
 
 from __future__ import annotations
