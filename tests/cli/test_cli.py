@@ -125,7 +125,7 @@ def test_summarize_prints_tables_with_kinds_classes_counts_and_shares(run_dir: P
 def test_summarize_reports_the_torn_last_line_and_counts_the_invalid_one(run_dir: Path) -> None:
     result = _invoke("summarize", run_dir)
     assert f"out_failures.jsonl: torn last line ({len(TORN)} bytes) skipped" in result.stdout
-    assert "1 other lines" in result.stdout
+    assert "1 other line\n" in result.stdout
 
 
 def test_summarize_writes_a_self_contained_html_report(run_dir: Path, tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ The parser is the standard library's `argparse`, not typer: typer (with click an
 them.
 
 Every error a user can fix (a bad option, a missing or unreadable path, input with no rows or tasks, a
-busy port, a missing extra) is one line on stderr, `gym-failures <command>: error: <what>`, and exit status 2; never a
-traceback or a validation dump.
+busy port, a missing extra) is one line on stderr, `gym-failures <command>: error: <what>`, and exit
+status 2; never a traceback or a validation dump.
 """
 
 from __future__ import annotations

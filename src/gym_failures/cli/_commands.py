@@ -690,7 +690,11 @@ def _no_success(failures: Path, agent_url: str, summary: Any) -> int:
                 statuses[(row.get("rollout_failure") or {}).get("http_status")] += 1
     common = ", ".join(f"{kind} {count}" for kind, count in kinds.most_common(3)) or "no failure rows"
     agent = f"the agent at {url_without_secrets(agent_url)}"
-    none_of = f"none of {summary.expected} rollouts succeeded"
+    none_of = (
+        "the one rollout did not succeed"
+        if summary.expected == 1
+        else f"none of {summary.expected} rollouts succeeded"
+    )
     if summary.expected == summary.already_done + summary.closed_on_resume:
         line = f"{none_of}, all done by an earlier run ({common})"
     elif kinds and set(kinds) <= _TRANSPORT_KINDS:
