@@ -285,6 +285,22 @@ def test_an_agent_url_without_a_host_names_the_option(tasks: Path) -> None:
     assert _error(stderr, "collect") == "--agent-url must be an http(s) URL with a host"
 
 
+def test_an_output_directory_of_several_row_files_and_no_manifest_is_named(
+    tmp_path: Path, tasks: Path
+) -> None:
+    write_jsonl(tmp_path / "run" / "a.jsonl", [success_row("0:0")]) if (
+        tmp_path / "run"
+    ).mkdir() is None else None
+    write_jsonl(tmp_path / "run" / "b.jsonl", [success_row("0:0")])
+    code, _, stderr = _run(
+        "collect", tasks, "--agent-url", "http://127.0.0.1:9", "--output", tmp_path / "run"
+    )
+    assert code == EXIT_USAGE
+    assert _error(stderr, "collect") == (
+        f"--output {tmp_path / 'run'} is a directory with several row files (a.jsonl, b.jsonl); name one"
+    )
+
+
 def test_collect_refuses_the_task_file_as_its_output(tasks: Path) -> None:
     code, _, stderr = _run("collect", tasks, "--agent-url", "http://127.0.0.1:9", "--output", tasks)
     assert code == EXIT_USAGE

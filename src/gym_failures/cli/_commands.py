@@ -541,12 +541,17 @@ def _flag_words(text: str) -> str:
     return text
 
 
-def _config_error(error: Any) -> CommandError:
-    """A `CollectionConfig` validation error as one line naming the option (its input never shown)."""
+def _config_error(error: Any, output: Path) -> CommandError:
+    """A `CollectionConfig` validation error as one line naming the option (its input never shown but
+    the `output` path)."""
     problems = []
     for item in error.errors(include_url=False, include_input=False):
         field = str(item["loc"][0]) if item["loc"] else ""
-        flag = _FLAGS.get(field, "--" + field.replace("_", "-"))
+        flag = (
+            f"--output {output}"
+            if field == "output_path"
+            else _FLAGS.get(field, "--" + field.replace("_", "-"))
+        )
         cause = (item.get("ctx") or {}).get("error")
         text = str(cause) if item["type"] == "value_error" and cause is not None else str(item["msg"])
         # "output_path is a directory ..." reads "--output is a directory ...", not "--output: --output is".
@@ -628,7 +633,7 @@ def _run_collect(arguments: argparse.Namespace) -> int:
             **options,
         )
     except ValidationError as error:
-        raise _config_error(error) from None
+        raise _config_error(error, arguments.output) from None
     with contextlib.ExitStack() as running:
         if arguments.metrics_port is not None:
             running.enter_context(metrics_endpoint(arguments.metrics_port, "gym-failures-collect"))
