@@ -288,9 +288,8 @@ def test_an_agent_url_without_a_host_names_the_option(tasks: Path) -> None:
 def test_an_output_directory_of_several_row_files_and_no_manifest_is_named(
     tmp_path: Path, tasks: Path
 ) -> None:
-    write_jsonl(tmp_path / "run" / "a.jsonl", [success_row("0:0")]) if (
-        tmp_path / "run"
-    ).mkdir() is None else None
+    (tmp_path / "run").mkdir()
+    write_jsonl(tmp_path / "run" / "a.jsonl", [success_row("0:0")])
     write_jsonl(tmp_path / "run" / "b.jsonl", [success_row("0:0")])
     code, _, stderr = _run(
         "collect", tasks, "--agent-url", "http://127.0.0.1:9", "--output", tmp_path / "run"
