@@ -252,8 +252,8 @@ def test_collect_into_a_demo_run_directory_resumes_its_rows(tmp_path: Path, agen
     assert row_files(run) == [run / "rollouts.jsonl", run / "rollouts_failures.jsonl"]
 
 
-def test_a_refused_resume_names_the_flags(tmp_path: Path, tasks: Path) -> None:
-    output = tmp_path / "o.jsonl"
+def test_a_refused_resume_names_the_flags_and_keeps_its_paths(tmp_path: Path, tasks: Path) -> None:
+    output = tmp_path / "output_path num_repeats" / "o.jsonl"
     command = ("collect", tasks, "--agent-url", f"http://127.0.0.1:{free_port()}", "--output", output)
     assert _run(*command, "--max-attempts", "1")[0] == EXIT_FAILED
     code, _, stderr = _run(*command, "--num-repeats", "2")

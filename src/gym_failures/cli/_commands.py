@@ -534,10 +534,16 @@ _FLAG_WORDS = (
 )
 
 
-def _flag_words(text: str) -> str:
-    """`text`, a message of the collection, naming the command line's flags instead of its fields."""
+def _flag_words(text: str, paths: Sequence[Path]) -> str:
+    """`text`, a message of the collection, naming the command line's flags instead of its fields;
+    the `paths` it quotes are kept as they are (a directory may be called `output_path`)."""
+    kept = sorted((str(path) for path in paths), key=len, reverse=True)
+    for index, path in enumerate(kept):
+        text = text.replace(path, f"\0{index}\0")
     for field, flag in (*_FLAG_WORDS, *_FLAGS.items()):
         text = text.replace(field, flag)
+    for index, path in enumerate(kept):
+        text = text.replace(f"\0{index}\0", path)
     return text
 
 
@@ -556,7 +562,7 @@ def _config_error(error: Any, output: Path) -> CommandError:
         text = str(cause) if item["type"] == "value_error" and cause is not None else str(item["msg"])
         # "output_path is a directory ..." reads "--output is a directory ...", not "--output: --output is".
         problems.append(f"{flag}{text[len(field) :]}" if text.startswith(f"{field} ") else f"{flag}: {text}")
-    return CommandError(_flag_words("; ".join(problems)))
+    return CommandError("; ".join(problems))
 
 
 @contextlib.contextmanager
@@ -652,7 +658,8 @@ def _run_collect(arguments: argparse.Namespace) -> int:
                 raise CommandError(failure.failure_reason, status=EXIT_FAILED) from None
             if failure.failure_kind != COLLECTION_RESUME_REFUSED:
                 raise
-            raise CommandError(_flag_words(failure.failure_reason)) from None
+            quoted = (config.output_path, config.lock_path)
+            raise CommandError(_flag_words(failure.failure_reason, quoted)) from None
     figures = {field.name: getattr(summary, field.name) for field in fields(summary) if field.name != "scans"}
     if arguments.json_output:
         print_json(json.dumps(figures, indent=2))
