@@ -58,6 +58,7 @@ from gym_failures.cli._serve import add_serve
 from gym_failures.cli._text import print_json, stderr_line
 
 if TYPE_CHECKING:
+    from gym_failures.collection import CollectionSummary
     from gym_failures.reporting.explain import RowExplanation
     from gym_failures.reporting.summary import Summary
 
@@ -688,7 +689,7 @@ def _any_success(rows: Path) -> bool:
         return any(is_rollout_row(row) and "failure" not in row for row in read_rows(rows))
 
 
-def _no_success(failures: Path, agent_url: str, summary: Any) -> int:
+def _no_success(failures: Path, agent_url: str, summary: CollectionSummary) -> int:
     """Say in one line why no rollout of the run succeeded; exit status 1."""
     from gym_failures.redaction import url_without_secrets
     from gym_failures.rows import read_rows
