@@ -463,7 +463,8 @@ def add_collect(commands: Subcommands) -> None:
         required=True,
         type=Path,
         metavar="OUTPUT",
-        help="the success rows' file, OUTPUT.jsonl (`.jsonl` is added when missing)",
+        help="the success rows' file, OUTPUT.jsonl (`.jsonl` is added when missing), or a run "
+        "directory (the rows file its manifest names)",
     )
     parser.add_argument(
         "--num-repeats", type=_at_least(1), default=1, metavar="N", help="rollouts per task (1)"
