@@ -279,6 +279,20 @@ def test_an_agent_url_with_a_bad_port_says_so(tasks: Path, url: str, message: st
     assert "Zq9Secret" not in stderr
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("serve", "model", "--port"),
+        ("collect", "t", "--agent-url", "http://h", "--output", "o", "--metrics-port"),
+    ],
+    ids=["port", "metrics-port"],
+)
+def test_a_port_out_of_range_is_said_as_for_the_agent_url(command: tuple[str, ...]) -> None:
+    code, _, stderr = _run(*command, "70000")
+    assert code == EXIT_USAGE
+    assert f"argument {command[-1]}: the port 70000 is out of range (0-65535) (see `" in stderr
+
+
 def test_an_agent_url_without_a_host_names_the_option(tasks: Path) -> None:
     code, _, stderr = _run("collect", tasks, "--agent-url", "ftp://x", "--output", "o.jsonl")
     assert code == EXIT_USAGE

@@ -198,7 +198,7 @@ def port_number(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
     if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0-65535, not {port}")
+        raise argparse.ArgumentTypeError(f"the port {port} is out of range (0-65535)")
     return port
 
 
