@@ -78,6 +78,8 @@ __all__ = [
     "repair_torn_tail",
     "rollout_id",
     "row_files",
+    "run_failures_file",
+    "run_rows_file",
     "torn_tail",
 ]
 
@@ -186,6 +188,26 @@ def row_files(directory: Path) -> list[Path]:
         rows = manifest.with_name(manifest.name[: -len(MANIFEST_SUFFIX)] + ".jsonl")
         files.extend(path for path in (rows, failures_path(rows)) if path.is_file())
     return sorted(files)
+
+
+def run_rows_file(directory: Path) -> Path | None:
+    """The success rows' file of the one collection run saved in `directory`: `<output>.jsonl` for
+    its only manifest `<output>.manifest.json` (whether or not the rows exist yet); None when the
+    directory holds no manifest, or several."""
+    manifests = list(directory.glob(f"*{MANIFEST_SUFFIX}"))
+    if len(manifests) != 1:
+        return None
+    return manifests[0].with_name(manifests[0].name[: -len(MANIFEST_SUFFIX)] + ".jsonl")
+
+
+def run_failures_file(rows_path: Path) -> Path | None:
+    """The failure rows of the run whose success rows are `rows_path`, when a collection manifest
+    beside it says it is a run's rows file (`<output>.manifest.json` beside `<output>.jsonl`) and
+    `<output>_failures.jsonl` exists; None otherwise (a failures file, or rows of no run)."""
+    if rows_path.suffix != ".jsonl" or not manifest_path(rows_path).is_file():
+        return None
+    failures = failures_path(rows_path)
+    return failures if failures.is_file() else None
 
 
 @dataclass

@@ -125,7 +125,7 @@ def test_summarize_prints_tables_with_kinds_classes_counts_and_shares(run_dir: P
 def test_summarize_reports_the_torn_last_line_and_counts_the_invalid_one(run_dir: Path) -> None:
     result = _invoke("summarize", run_dir)
     assert f"out_failures.jsonl: torn last line ({len(TORN)} bytes) skipped" in result.stdout
-    assert "1 other lines" in result.stdout
+    assert "1 other line\n" in result.stdout
 
 
 def test_summarize_writes_a_self_contained_html_report(run_dir: Path, tmp_path: Path) -> None:
@@ -366,7 +366,7 @@ def test_collect_exits_2_with_the_reason_when_a_resume_is_refused(tmp_path: Path
     other = write_jsonl(tmp_path / "other.jsonl", [{"mode": "terminal"}])
     result = _invoke("collect", other, "--agent-url", agent_url, "--output", output)
     assert result.exit_code == 2
-    assert "collected from a different input or num_repeats" in result.stderr
+    assert "collected from a different input or --num-repeats" in result.stderr
 
 
 def test_collect_output_then_gate_sees_every_rollout(tmp_path: Path, agent_url: str) -> None:
@@ -649,7 +649,9 @@ def test_collect_with_a_bad_agent_url_is_a_usage_error_without_the_password(tmp_
     )
     assert result.exit_code == 2
     assert "S3cretPassw0rd" not in result.output
-    assert result.stderr.startswith("gym-failures collect: error: --agent-url: ")
+    assert result.stderr.startswith(
+        "gym-failures collect: error: argument --agent-url: the port 99999 is out of range (0-65535)"
+    )
     assert len(result.stderr.splitlines()) == 1
     assert "pydantic" not in result.stderr
 

@@ -91,7 +91,7 @@ def test_summarize_warns_about_lines_that_are_no_rows(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "rows.jsonl", [success_row("0:0")], tail=b"not json\n")
     code, _, stderr = _run("summarize", path)
     assert code == EXIT_OK
-    assert stderr == "warning: 1 lines are no rollout rows (not JSON, or neither a result nor a failure)\n"
+    assert stderr == "warning: 1 line is not a rollout row (not JSON, or neither a result nor a failure)\n"
 
 
 def test_gate_with_a_manifest_but_no_rows_warns_and_fails_as_missing(tmp_path: Path) -> None:
@@ -148,8 +148,8 @@ def test_a_command_whose_extra_is_missing_says_which_and_exits_2(
     code, stdout, stderr = _run("summarize", demo_like_run)
     assert (code, stdout) == (EXIT_USAGE, "")
     assert _one_error_line(stderr, "summarize") == (
-        "gym-failures summarize: error: gym-failures summarize needs the cli extra (duckdb is not "
-        "installed): pip install 'gym-failures[cli]'"
+        "gym-failures summarize: error: this command needs the cli extra (duckdb is not installed): "
+        "pip install 'gym-failures[cli]'"
     )
 
 
@@ -219,7 +219,10 @@ def test_collect_exits_1_when_no_rollout_succeeded(tmp_path: Path, wrong_server:
         "collect", tasks, "--agent-url", wrong_server, "--output", tmp_path / "out", "--max-attempts", "1"
     )
     assert code == EXIT_FAILED
-    assert stderr.splitlines()[-1].startswith("gym-failures collect: none of 3 rollouts succeeded (")
+    assert without_progress(stderr).splitlines()[-1] == (
+        f"gym-failures collect: none of 3 rollouts succeeded: the agent at {wrong_server} answered 501 "
+        "(agent_request_failed 3)"
+    )
 
 
 def test_collect_completes_an_output_without_jsonl_and_the_readers_find_it(

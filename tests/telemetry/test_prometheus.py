@@ -102,7 +102,7 @@ def test_a_metrics_port_in_use_is_a_clear_error(tmp_path: Path, agent_url: str) 
         command = [sys.executable, "-m", "gym_failures.cli", "collect", str(tasks), "--agent-url", agent_url]
         command += ["--output", str(tmp_path / "out.jsonl"), "--metrics-port", str(port)]
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1
-    assert f"cannot serve metrics on port {port}" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr == f"gym-failures collect: error: port {port} is in use (--metrics-port)\n"
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "out.jsonl").exists()  # refused before any rollout

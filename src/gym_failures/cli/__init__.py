@@ -4,10 +4,10 @@ Every command prints tables for people and, with `--json`, one JSON document for
 status, for scripts (`gym_failures.cli.EXIT_*`):
 
 - 0: done (the gate passed);
-- 1: done, and the answer is no: the gate failed, `explain` found no such row, `collect` saw no
-  rollout succeed (or could not reach the agent at all);
-- 2: nothing done: a bad option, a missing or unreadable path, input without rows, a missing extra;
-  one line on stderr says which, never a traceback;
+- 1: done, and the answer is no: the gate failed, `explain` found no such row, no rollout of
+  `collect`'s run succeeded (the rows of the runs it resumed included);
+- 2: nothing done: a bad option, a missing or unreadable path, input without rows or tasks, a busy
+  port, a missing extra; one line on stderr says which, never a traceback;
 - 130: interrupted;
 - 141: the output's reader closed the pipe (`| head`), quietly.
 

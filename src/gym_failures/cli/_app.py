@@ -6,9 +6,9 @@ The parser is the standard library's `argparse`, not typer: typer (with click an
 (rich, duckdb, aiohttp, the gate) inside its run function, so building the parser imports none of
 them.
 
-Every error a user can fix (a bad option, a missing or unreadable path, input with no rows, a missing
-extra) is one line on stderr, `gym-failures <command>: error: <what>`, and exit status 2; never a
-traceback or a validation dump.
+Every error a user can fix (a bad option, a missing or unreadable path, input with no rows or tasks, a
+busy port, a missing extra) is one line on stderr, `gym-failures <command>: error: <what>`, and exit
+status 2; never a traceback or a validation dump.
 """
 
 from __future__ import annotations
@@ -28,14 +28,18 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "METRICS_MODULES",
     "CommandError",
     "Subcommands",
     "add_command",
     "add_metrics_option",
     "build_parser",
     "main",
+    "needs_extra",
+    "plural",
     "port_number",
     "program",
+    "require_extra",
     "shell_path",
 ]
 
@@ -44,7 +48,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 """The command ran and the answer is no: the gate failed, no row matched, no rollout succeeded."""
 EXIT_USAGE = 2
-"""Nothing was done: a bad option, a missing or unreadable path, input without rows, a missing extra."""
+"""Nothing was done: a bad option, a missing or unreadable path, input without rows or tasks, a busy
+port, a missing extra."""
 EXIT_INTERRUPTED = 130
 """Interrupted (Ctrl-C), as shells report SIGINT."""
 EXIT_BROKEN_PIPE = 141
@@ -53,11 +58,15 @@ EXIT_BROKEN_PIPE = 141
 EXIT_STATUS_HELP = """exit status:
   0    done (gate: the run passed)
   1    done, and the answer is no: the gate failed; explain found no such row;
-       collect: no rollout succeeded, or the agent could not be reached
+       collect: no rollout of the run succeeded (its resumed rows included)
   2    nothing done: a bad option, a missing or unreadable path, input without
-       rows, an extra that is not installed (one line on stderr says which)
+       rows or tasks, a busy port, an extra that is not installed (one line on
+       stderr says which)
   130  interrupted
   141  the output's reader closed the pipe (| head)"""
+
+METRICS_MODULES = ("prometheus_client", "opentelemetry.sdk", "opentelemetry.exporter.prometheus")
+"""What `--metrics-port` needs: the `prometheus` extra's modules (`require_extra`)."""
 
 Subcommands = Any
 """The object `ArgumentParser.add_subparsers` returns (argparse keeps its class private)."""
@@ -142,6 +151,35 @@ def add_command(
     return parser
 
 
+def plural(count: int, noun: str) -> str:
+    """`1 line`, `2 lines`: a count and its noun, agreeing."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def needs_extra(what: str, extra: str, module: str) -> str:
+    """The one line for a missing extra: `what` (`this command`, `--metrics-port`) needs `extra`
+    (`cli`, or `aiohttp,cli` as pip spells several), `module` being the one not installed."""
+    names = extra.split(",")
+    words = (
+        f"the {names[0]} extra" if len(names) == 1 else f"the {', '.join(names[:-1])} and {names[-1]} extras"
+    )
+    return f"{what} needs {words} ({module} is not installed): pip install 'gym-failures[{extra}]'"
+
+
+def require_extra(what: str, extra: str, modules: Sequence[str]) -> None:
+    """Refuse `what` (exit status 2, `needs_extra`'s line) when one of `modules` cannot be imported;
+    the modules are found, not imported, so the check costs no start-up."""
+    import importlib.util
+
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # a parent package is missing
+            found = False
+        if not found:
+            raise CommandError(needs_extra(what, extra, module))
+
+
 def add_metrics_option(parser: argparse.ArgumentParser) -> None:
     """`--metrics-port PORT`, the same for every command that serves `/metrics` while it runs."""
     parser.add_argument(
@@ -160,7 +198,7 @@ def port_number(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
     if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0-65535, not {port}")
+        raise argparse.ArgumentTypeError(f"the port {port} is out of range (0-65535)")
     return port
 
 
@@ -194,7 +232,7 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _missing_extra(error: ModuleNotFoundError, command: str, extra: str | None) -> str | None:
+def _missing_extra(error: ModuleNotFoundError, extra: str | None) -> str | None:
     """The one line for a command whose optional dependency is missing, or None for any other module
     (a bug, or a broken install, which keeps its traceback)."""
     from gym_failures.cli._commands import EXTRA_MODULES
@@ -202,17 +240,21 @@ def _missing_extra(error: ModuleNotFoundError, command: str, extra: str | None) 
     module = (error.name or "").partition(".")[0]
     if extra is None or module not in EXTRA_MODULES:
         return None
-    return (
-        f"{command} needs the {extra} extra ({module} is not installed): pip install 'gym-failures[{extra}]'"
-    )
+    return needs_extra("this command", extra, module)
 
 
 @contextlib.contextmanager
 def _library_log(counts_skipped_lines: bool) -> Iterator[None]:
-    """The library's warnings (a torn line cut on resume, say) as `WARNING: ...` lines on stderr for
+    """The library's warnings (a torn line cut on resume, say) as `warning: ...` lines on stderr for
     the command's run, unless logging is configured already. A command that counts the lines it
     skipped in one warning of its own silences the row reader's warning per line."""
-    import logging
+    import logging  # 20 ms of start-up: `--help` never needs it
+
+    class LowerCaseLevel(logging.Formatter):
+        """`warning: ...`, spelled as the commands' own warnings are."""
+
+        def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+            return f"{record.levelname.lower()}: {record.getMessage()}"
 
     library = logging.getLogger("gym_failures")
     # `gym_failures.rows` logs under the collection's name (see its module).
@@ -221,7 +263,7 @@ def _library_log(counts_skipped_lines: bool) -> Iterator[None]:
     handler: logging.Handler | None = None
     if not library.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+        handler.setFormatter(LowerCaseLevel())
         library.addHandler(handler)
         library.setLevel(logging.WARNING)
     if counts_skipped_lines:
@@ -262,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{error.command or command}: error: {error.message}", file=sys.stderr)
         return error.status
     except ModuleNotFoundError as error:
-        message = _missing_extra(error, command, getattr(arguments, "extra", None))
+        message = _missing_extra(error, getattr(arguments, "extra", None))
         if message is None:
             raise
         print(f"{command}: error: {message}", file=sys.stderr)

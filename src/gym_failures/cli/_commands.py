@@ -12,10 +12,21 @@ Decisions:
 - A directory argument stands for its row files (`gym_failures.rows.row_files`): the files its
   manifests name, never its tasks or injected faults. An input that names no file, or whose files
   hold no rollout row, is an error (exit status 2), never an empty table with exit status 0.
+- A run's success rows named alone (`out.jsonl` beside its manifest) bring the run's failures
+  (`out_failures.jsonl`), with a line on stderr: a run's rows without its failures count its final
+  failures as missing. Not the other way round: the failures alone are what a user asks for when
+  naming them. Every input is read once, however often it is named (`row_inputs`).
 - `collect --output out` (no `.jsonl`) writes `out.jsonl` and `out_failures.jsonl`, and says so:
   the readers find a run's rows by that suffix. Any other suffix (`out.json`) is refused.
-- `collect` exits 1 when the run tried rollouts and none succeeded, naming the most common final
-  failure kind (and the agent URL, when no request reached it).
+- `collect` exits 1 when the run's rows (this invocation's and the resumed runs') hold no success,
+  in one line naming the most common final failure kinds, the agent URL when no request reached it,
+  and the status when every final failure has the same one. A re-run of a run where nothing
+  succeeded exits 1 again: a script must not read "nothing left to do" as success. A task file
+  without a task is exit status 2, before anything is written.
+- `collect --output DIR` takes the rows file the directory's one manifest names (a demo's run
+  holds tasks and injected faults beside it); without one manifest the collector chooses.
+- Messages name the command line's flags (`--num-repeats`, `--force-resume`), never the
+  collection's field names.
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ import argparse
 import contextlib
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,17 +43,22 @@ from gym_failures.cli._app import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    METRICS_MODULES,
     CommandError,
     Subcommands,
     add_command,
     add_metrics_option,
+    needs_extra,
+    plural,
     program,
+    require_extra,
     shell_path,
 )
 from gym_failures.cli._serve import add_serve
 from gym_failures.cli._text import print_json, stderr_line
 
 if TYPE_CHECKING:
+    from gym_failures.collection import CollectionSummary
     from gym_failures.reporting.explain import RowExplanation
     from gym_failures.reporting.summary import Summary
 
@@ -57,6 +73,7 @@ __all__ = [
     "add_gate",
     "add_summarize",
     "longest_chain",
+    "next_steps",
     "row_inputs",
 ]
 
@@ -115,6 +132,26 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _agent_url(text: str) -> str:
+    """An agent URL whose port, when it names one, is a port: `http://127.0.0.1:99999` is refused
+    here, naming the port. The collector checks the rest; neither echoes the URL, which may hold a
+    password."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a URL") from None
+    try:
+        parts.port  # noqa: B018 (reading it is the check)
+    except ValueError:
+        port = parts.netloc.rpartition("@")[2].rpartition("]")[2].rpartition(":")[2]
+        if port.isascii() and port.isdigit():
+            raise argparse.ArgumentTypeError(f"the port {int(port)} is out of range (0-65535)") from None
+        raise argparse.ArgumentTypeError("the port is not a number") from None
+    return text
+
+
 def _json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", dest="json_output", action="store_true", help="print one JSON document instead of tables"
@@ -134,29 +171,49 @@ def _paths_argument(parser: argparse.ArgumentParser) -> None:
 # --- inputs ------------------------------------------------------------------------------------
 
 
-def row_inputs(paths: Iterable[Path]) -> list[Path]:
-    """The row files `paths` name: a file as itself, a directory as its row files.
+def row_inputs(paths: Iterable[Path], *, run_failures: bool = True) -> list[Path]:
+    """The row files `paths` name, each once: a file as itself, a directory as its row files.
+
+    A run's success rows named alone (`out.jsonl`, its collection manifest `out.manifest.json`
+    beside it) bring the run's failures (`out_failures.jsonl`) with them unless `run_failures` is
+    false (`explain --line` reads the one file named): without them the run's final failures would
+    count as missing. One line on stderr says so. A file named twice, or also through its directory,
+    is read once.
 
     Raises `CommandError` for a path that does not exist, is not a file or a directory, or is a
     directory without row files.
     """
-    from gym_failures.rows import row_files
+    from gym_failures.rows import row_files, run_failures_file
 
-    files: list[Path] = []
+    named: list[Path] = []
     for path in paths:
         if path.is_dir():
             found = row_files(path)
             if not found:
                 raise CommandError(f"{path}: no row files (*.jsonl) in this directory")
-            files.extend(found)
+            named.extend(found)
         elif path.is_file():
             _readable(path)
-            files.append(path)
+            named.append(path)
         elif path.exists():
             raise CommandError(f"{path}: not a file or a directory")
         else:
             raise CommandError(f"{path}: no such file or directory")
-    return files
+    files: dict[Path, Path] = {}
+    for path in named:
+        files.setdefault(path.resolve(), path)  # the first spelling of each
+    ordered = list(files.values())
+    if not run_failures:
+        return ordered
+    result: list[Path] = []
+    for path in ordered:
+        result.append(path)
+        failures = run_failures_file(path)
+        if failures is not None and failures.resolve() not in files:
+            files[failures.resolve()] = failures
+            result.append(failures)
+            stderr_line(f"reading {failures} too: the failures of {path}'s run")
+    return result
 
 
 def _readable(path: Path) -> None:
@@ -238,9 +295,14 @@ def _run_summarize(arguments: argparse.Namespace) -> int:
 def _check_summary(summary: Summary, files: Sequence[Path]) -> None:
     if summary.success_rows + summary.failure_rows == 0:
         names = ", ".join(str(path) for path in files)
-        raise CommandError(f"no rollout rows in {names} ({summary.other_rows} other lines)")
+        raise CommandError(f"no rollout rows in {names} ({plural(summary.other_rows, 'other line')})")
     if summary.other_rows:
-        _warn(f"{summary.other_rows} lines are no rollout rows (not JSON, or neither a result nor a failure)")
+        lines = (
+            "1 line is not a rollout row"
+            if summary.other_rows == 1
+            else f"{summary.other_rows} lines are not rollout rows"
+        )
+        _warn(f"{lines} (not JSON, or neither a result nor a failure)")
 
 
 def _html_report(summary: Summary, files: Sequence[Path]) -> str:
@@ -281,7 +343,7 @@ def add_explain(commands: Subcommands) -> None:
 def _run_explain(arguments: argparse.Namespace) -> int:
     from gym_failures.reporting.explain import line_row, rollout_rows
 
-    files = row_inputs(arguments.paths)
+    files = row_inputs(arguments.paths, run_failures=arguments.line is None)
     if arguments.line is not None:
         if len(arguments.paths) != 1 or arguments.paths[0].is_dir():
             raise CommandError("--line needs exactly one file")
@@ -361,7 +423,11 @@ def _run_gate(arguments: argparse.Namespace) -> int:
             raise CommandError(f"no rollout rows in {names}, and no manifest says how many were expected")
         _warn(f"no rollout rows in {names}")
     if coverage.invalid_lines or coverage.torn_tails:
-        _warn(f"{coverage.invalid_lines} invalid lines and {coverage.torn_tails} torn last lines skipped")
+        invalid, torn = (
+            plural(coverage.invalid_lines, "invalid line"),
+            plural(coverage.torn_tails, "torn last line"),
+        )
+        _warn(f"{invalid} and {torn} skipped")
     verdict = acceptance.check(coverage, thresholds)
     for warning in verdict.warnings:
         _warn(warning)
@@ -389,13 +455,16 @@ def add_collect(commands: Subcommands) -> None:
         extra="aiohttp,cli",
     )
     parser.add_argument("input_path", type=Path, metavar="INPUT", help="JSONL of tasks, one a line")
-    parser.add_argument("--agent-url", required=True, metavar="URL", help="the agent server's base URL")
+    parser.add_argument(
+        "--agent-url", required=True, type=_agent_url, metavar="URL", help="the agent server's base URL"
+    )
     parser.add_argument(
         "--output",
         required=True,
         type=Path,
         metavar="OUTPUT",
-        help="the success rows' file, OUTPUT.jsonl (`.jsonl` is added when missing)",
+        help="the success rows' file, OUTPUT.jsonl (`.jsonl` is added when missing), or a run "
+        "directory (the rows file its manifest names)",
     )
     parser.add_argument(
         "--num-repeats", type=_at_least(1), default=1, metavar="N", help="rollouts per task (1)"
@@ -442,7 +511,12 @@ def add_collect(commands: Subcommands) -> None:
 
 def _output_path(output: Path) -> Path:
     if output.is_dir():
-        return output  # a run directory (ours, or NeMo Gym's to resume): the collector names its rows file
+        from gym_failures.rows import run_rows_file
+
+        # A run directory: the rows file its one manifest names (a demo's run, beside its tasks and
+        # injected faults); else the collector names it (the one `*.jsonl`, as NeMo Gym's runs hold).
+        rows = run_rows_file(output)
+        return output if rows is None else rows
     if output.suffix == ".jsonl":
         return output
     if output.suffix:
@@ -452,19 +526,89 @@ def _output_path(output: Path) -> Path:
     return completed
 
 
-def _config_error(error: Any) -> CommandError:
-    """A `CollectionConfig` validation error as one line naming the option (its input never shown)."""
-    flags = {"agent_url": "--agent-url", "input_path": "INPUT", "output_path": "--output"}
+_FLAGS = {"agent_url": "--agent-url", "input_path": "INPUT", "output_path": "--output"}
+
+# The collection's messages name its fields and options; the command line names its flags.
+_FLAG_WORDS = (
+    ("num_repeats", "--num-repeats"),
+    ("force the resume", "pass --force-resume"),
+    ("output path", "--output"),
+)
+
+
+def _flag_words(text: str, paths: Sequence[Path]) -> str:
+    """`text`, a message of the collection, naming the command line's flags instead of its fields;
+    the `paths` it quotes are kept as they are (a directory may be called `output_path`)."""
+    kept = sorted((str(path) for path in paths), key=len, reverse=True)
+    for index, path in enumerate(kept):
+        text = text.replace(path, f"\0{index}\0")
+    for field, flag in (*_FLAG_WORDS, *_FLAGS.items()):
+        text = text.replace(field, flag)
+    for index, path in enumerate(kept):
+        text = text.replace(f"\0{index}\0", path)
+    return text
+
+
+def _config_error(error: Any, output: Path) -> CommandError:
+    """A `CollectionConfig` validation error as one line naming the option (its input never shown but
+    the `output` path)."""
     problems = []
     for item in error.errors(include_url=False, include_input=False):
         field = str(item["loc"][0]) if item["loc"] else ""
+        flag = (
+            f"--output {output}"
+            if field == "output_path"
+            else _FLAGS.get(field, "--" + field.replace("_", "-"))
+        )
         cause = (item.get("ctx") or {}).get("error")
         text = str(cause) if item["type"] == "value_error" and cause is not None else str(item["msg"])
-        problems.append(f"{flags.get(field, '--' + field.replace('_', '-'))}: {text}")
+        # "output_path is a directory ..." reads "--output is a directory ...", not "--output: --output is".
+        problems.append(f"{flag}{text[len(field) :]}" if text.startswith(f"{field} ") else f"{flag}: {text}")
     return CommandError("; ".join(problems))
 
 
+@contextlib.contextmanager
+def _quiet_row_reader() -> Iterator[None]:
+    """Silence the row and task readers' warning per skipped line for the block: the collection warns
+    about those lines itself, when it reads the same files."""
+    import logging
+
+    rows = logging.getLogger("gym_failures.collection")  # `gym_failures.rows` logs under this name
+    level = rows.level
+    rows.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        rows.setLevel(level)
+
+
+def _require_tasks(path: Path) -> None:
+    """Refuse a task file that holds no task (empty, or only blank and invalid lines) before any
+    output is written."""
+    from gym_failures.rows import TaskScan, read_tasks
+
+    if path.is_dir():
+        raise CommandError(f"{path} is a directory; name the task file")
+    if not path.is_file():
+        raise CommandError(f"{path}: no such file")
+    scan = TaskScan(path)
+    # The reader is dropped after its first task: CPython closes it (and its file) at once.
+    with _quiet_row_reader():
+        if next(read_tasks(path, scan), None) is not None:
+            return
+    found = []
+    if scan.invalid_lines:
+        found.append(
+            f"{plural(len(scan.invalid_lines), 'invalid line')}, the first line {scan.invalid_lines[0] + 1}"
+        )
+    if scan.blank_lines:
+        found.append(plural(scan.blank_lines, "blank line"))
+    raise CommandError(f"no tasks in {path} ({'; '.join(found) or 'an empty file'})")
+
+
 def _run_collect(arguments: argparse.Namespace) -> int:
+    if arguments.metrics_port is not None:
+        require_extra("--metrics-port", "prometheus", METRICS_MODULES)
     import asyncio
     from dataclasses import fields
 
@@ -477,15 +621,17 @@ def _run_collect(arguments: argparse.Namespace) -> int:
     from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED, COLLECTION_RESUME_REFUSED
     from gym_failures.failures import NgFailureEvent
 
-    if not arguments.input_path.is_file():
-        raise CommandError(f"{arguments.input_path}: no such file")
     if arguments.workers is not None and arguments.ray is None:
         raise CommandError("--workers needs --ray")
+    _require_tasks(arguments.input_path)
     options: dict[str, Any] = {"max_attempts": arguments.max_attempts} if arguments.max_attempts else {}
+    output = _output_path(arguments.output)
+    if output.resolve() == arguments.input_path.resolve():
+        raise CommandError(f"--output {arguments.output} is the task file; name another")
     try:
         config = CollectionConfig(
             input_path=arguments.input_path,
-            output_path=_output_path(arguments.output),
+            output_path=output,
             agent_url=arguments.agent_url,
             num_repeats=arguments.num_repeats,
             concurrency=arguments.concurrency,
@@ -495,7 +641,7 @@ def _run_collect(arguments: argparse.Namespace) -> int:
             **options,
         )
     except ValidationError as error:
-        raise _config_error(error) from None
+        raise _config_error(error, arguments.output) from None
     with contextlib.ExitStack() as running:
         if arguments.metrics_port is not None:
             running.enter_context(metrics_endpoint(arguments.metrics_port, "gym-failures-collect"))
@@ -514,15 +660,15 @@ def _run_collect(arguments: argparse.Namespace) -> int:
                 raise CommandError(failure.failure_reason, status=EXIT_FAILED) from None
             if failure.failure_kind != COLLECTION_RESUME_REFUSED:
                 raise
-            raise CommandError(failure.failure_reason) from None
+            quoted = (config.output_path, config.lock_path)
+            raise CommandError(_flag_words(failure.failure_reason, quoted)) from None
     figures = {field.name: getattr(summary, field.name) for field in fields(summary) if field.name != "scans"}
     if arguments.json_output:
         print_json(json.dumps(figures, indent=2))
     else:
         print_collection(figures, config.output_path, config.failures_path)
-    tried = summary.expected - summary.already_done - summary.closed_on_resume
-    if tried > 0 and summary.succeeded == 0:
-        return _no_success(config.failures_path, arguments.agent_url, tried)
+    if summary.succeeded == 0 and not _any_success(config.output_path):
+        return _no_success(config.failures_path, arguments.agent_url, summary)
     return EXIT_OK
 
 
@@ -532,29 +678,46 @@ def _ray_collector() -> Any:
     except ModuleNotFoundError as error:
         if (error.name or "").partition(".")[0] != "ray":
             raise
-        raise CommandError(
-            "--ray needs the ray extra (ray is not installed): pip install 'gym-failures[ray]'"
-        ) from None
+        raise CommandError(needs_extra("--ray", "ray", "ray")) from None
     return collect_on_ray
 
 
-def _no_success(failures: Path, agent_url: str, tried: int) -> int:
+def _any_success(rows: Path) -> bool:
+    """Whether the run's success rows (`rows`, resumed runs' included) hold one success."""
+    from gym_failures.rows import is_rollout_row, read_rows
+
+    with _quiet_row_reader():
+        return any(is_rollout_row(row) and "failure" not in row for row in read_rows(rows))
+
+
+def _no_success(failures: Path, agent_url: str, summary: CollectionSummary) -> int:
+    """Say in one line why no rollout of the run succeeded; exit status 1."""
     from gym_failures.redaction import url_without_secrets
     from gym_failures.rows import read_rows
 
-    kinds = Counter(
-        str((row.get("failure") or {}).get("failure_kind"))
-        for row in read_rows(failures)
-        if row.get("final") is True
-    )
+    kinds: Counter[str] = Counter()
+    statuses: Counter[object] = Counter()
+    with _quiet_row_reader():
+        for row in read_rows(failures):
+            if row.get("final") is True:
+                kinds[str((row.get("failure") or {}).get("failure_kind"))] += 1
+                statuses[(row.get("rollout_failure") or {}).get("http_status")] += 1
     common = ", ".join(f"{kind} {count}" for kind, count in kinds.most_common(3)) or "no failure rows"
-    if kinds and set(kinds) <= _TRANSPORT_KINDS:
-        stderr_line(
-            f"gym-failures collect: the agent at {url_without_secrets(agent_url)} could not be reached "
-            f"({common})"
-        )
+    agent = f"the agent at {url_without_secrets(agent_url)}"
+    none_of = (
+        "the one rollout did not succeed"
+        if summary.expected == 1
+        else f"none of {summary.expected} rollouts succeeded"
+    )
+    if summary.expected == summary.already_done + summary.closed_on_resume:
+        line = f"{none_of}, all done by an earlier run ({common})"
+    elif kinds and set(kinds) <= _TRANSPORT_KINDS:
+        line = f"{agent} could not be reached ({common})"
+    elif len(statuses) == 1 and type(status := next(iter(statuses))) is int:
+        line = f"{none_of}: {agent} answered {status} ({common})"
     else:
-        stderr_line(f"gym-failures collect: none of {tried} rollouts succeeded ({common})")
+        line = f"{none_of} ({common})"
+    stderr_line(f"gym-failures collect: {line}")
     return EXIT_FAILED
 
 
@@ -691,12 +854,20 @@ def _show_demo(run_dir: Path, rollouts: int) -> None:
         print_tree(explanation_tree(explanation))
     print_rule("Files")
     stdout_line(f"rows:        {files[0]}\nfailures:    {files[1]}\nHTML report: {report}")
+    stdout_line("Next: " + "\n      ".join(next_steps(run_dir, explanation)), style="dim")
+
+
+def next_steps(run_dir: Path, explanation: RowExplanation | None) -> list[str]:
+    """The commands the demo suggests after its run in `run_dir`, each one to paste as printed:
+    `explain` of the rollout of `explanation` (the failed attempt it showed), and `gate`."""
+    import shlex
+
     binary = program()
-    stdout_line(
-        f"Next: {binary} explain {shell_path(files[1])} --rollout <id>\n"
-        f"      {binary} gate {shell_path(run_dir)}",
-        style="dim",
-    )
+    steps = [f"{binary} gate {shell_path(run_dir)}"]
+    if explanation is not None and explanation.rollout_id is not None:
+        rollout = shlex.quote(explanation.rollout_id)
+        steps.insert(0, f"{binary} explain {shell_path(run_dir)} --rollout {rollout}")
+    return steps
 
 
 COMMANDS: Sequence[Callable[[Subcommands], None]] = (

@@ -107,15 +107,22 @@ def _plain_lines(stream: TextIO) -> Iterator[Callable[[CollectionProgress], None
 
 @contextmanager
 def metrics_endpoint(port: int, service_name: str) -> Iterator[None]:
-    """`/metrics` on `port` while the block runs; a clear one-line error (exit 1) when it cannot be
-    served (the `prometheus` extra is missing, or the port is taken)."""
-    from gym_failures.cli._app import EXIT_FAILED, CommandError
+    """`/metrics` on `port` while the block runs; one line and exit status 2 when it cannot be served
+    (the port is taken, say). The commands check the `prometheus` extra when they read their options
+    (`require_extra`)."""
+    import errno
+
+    from gym_failures.cli._app import CommandError
     from gym_failures.telemetry import MetricsUnavailable, serve_metrics
 
     try:
         server = serve_metrics(port, service_name=service_name)
-    except (MetricsUnavailable, OSError) as error:
-        raise CommandError(f"cannot serve metrics on port {port}: {error}", status=EXIT_FAILED) from None
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise CommandError(f"port {port} is in use (--metrics-port)") from None
+        raise CommandError(f"cannot serve metrics on port {port}: {error.strerror or error}") from None
+    except MetricsUnavailable as error:
+        raise CommandError(f"cannot serve metrics on port {port}: {error}") from None
     stderr().print(f"metrics: {server.url}", style="dim", highlight=False)
     with server:
         yield

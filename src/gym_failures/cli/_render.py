@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from gym_failures.cli._app import plural
 from gym_failures.cli._text import clean as _clean
 from gym_failures.failure_kinds import FailureClass
 
@@ -117,9 +118,10 @@ def print_summary(summary: Summary) -> None:
     console = stdout()
     console.print(
         Text(
-            f"{summary.rows} rows: {summary.success_rows} success rows "
-            f"({summary.recovered_success_rows} recovered from failures), {summary.failure_rows} "
-            f"failure rows ({summary.final_failure_rows} final), {summary.other_rows} other lines"
+            f"{plural(summary.rows, 'row')}: {plural(summary.success_rows, 'success row')} "
+            f"({summary.recovered_success_rows} recovered from failures), "
+            f"{plural(summary.failure_rows, 'failure row')} ({summary.final_failure_rows} final), "
+            f"{plural(summary.other_rows, 'other line')}"
         )
     )
     for torn in summary.torn_tails:
@@ -314,12 +316,14 @@ def print_verdict(verdict: GateVerdict) -> None:
         for kind, count in sorted(kinds.items(), key=lambda item: (-item[1], item[0])):
             by_kind.add_row(cell(kind), str(count))
         console.print(by_kind)
-    notes = [f"{coverage.retried_attempts} retried attempts (not outcomes)"]
+    notes = [f"{plural(coverage.retried_attempts, 'retried attempt')} (not outcomes)"]
     if coverage.invalid_lines or coverage.torn_tails or coverage.other_rows:
-        notes.append(
-            f"{coverage.invalid_lines} invalid lines, {coverage.torn_tails} torn last lines, "
-            f"{coverage.other_rows} other rows skipped"
+        skipped = (
+            plural(coverage.invalid_lines, "invalid line"),
+            plural(coverage.torn_tails, "torn last line"),
+            plural(coverage.other_rows, "other row"),
         )
+        notes.append(f"{', '.join(skipped)} skipped")
     console.print(Text("; ".join(notes), style="dim"))
     console.print(Text(coverage.line, style="bold"))
     if verdict.passed:

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gym_failures.cli._app import (
     EXIT_OK,
+    METRICS_MODULES,
     CommandError,
     Subcommands,
     add_command,
     add_metrics_option,
     port_number,
+    require_extra,
 )
+from gym_failures.cli._text import stderr_line
+
+if TYPE_CHECKING:
+    import socket
 
 __all__ = ["FAULT_NAMES", "add_serve"]
 
@@ -69,6 +76,8 @@ def _run_serve(arguments: argparse.Namespace) -> int:
     import logging
     import os
 
+    if arguments.metrics_port is not None:
+        require_extra("--metrics-port", "prometheus", METRICS_MODULES)
     import uvicorn
     from pydantic import ValidationError
 
@@ -80,16 +89,59 @@ def _run_serve(arguments: argparse.Namespace) -> int:
         raise CommandError(f"--fault-plan {arguments.fault_plan}: no such file")
     try:
         plan = load_plan(arguments.fault_plan)
-    except (ValidationError, ValueError, OSError) as error:
-        reason = type(error).__name__ if isinstance(error, ValidationError) else str(error)
-        raise CommandError(f"--fault-plan {arguments.fault_plan}: not a valid plan ({reason})") from None
+    except ValidationError as error:
+        raise CommandError(
+            f"--fault-plan {arguments.fault_plan}: not a valid plan: {_first_problem(error)}"
+        ) from None
+    except (ValueError, OSError) as error:
+        raise CommandError(f"--fault-plan {arguments.fault_plan}: not a valid plan ({error})") from None
     api_key = arguments.api_key or os.environ.get("GYM_FAILURES_API_KEY") or None
     if api_key and len(api_key) >= MIN_KNOWN_SECRET:
         register_secret(api_key)  # a failure text quoting it is scrubbed, whoever made it
+    listening = _listen(arguments.host, arguments.port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = ModelEndpoint(plan=plan, api_key=api_key).app()
     with contextlib.ExitStack() as running:
+        running.callback(listening.close)
         if arguments.metrics_port is not None:
             running.enter_context(metrics_endpoint(arguments.metrics_port, "gym-failures-model"))
-        uvicorn.run(app, host=arguments.host, port=arguments.port, log_config=None, access_log=False)
+        # uvicorn serves the socket bound above, and logs no start line for a socket it is given.
+        host, port = listening.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        stderr_line(f"gym-failures serve: the model endpoint on http://{shown}:{port} (Ctrl-C stops it)")
+        server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False))
+        server.run(sockets=[listening])
     return EXIT_OK
+
+
+def _first_problem(error: Any) -> str:
+    """A pydantic `ValidationError`'s first problem as `where: what` (no input, no link), with how
+    many more there are."""
+    problems = error.errors(include_url=False, include_input=False)
+    first = problems[0]
+    where = ".".join(str(part) for part in first["loc"])
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{where + ': ' if where else ''}{first['msg']}{more}"
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to `host:port` for uvicorn to serve, as uvicorn binds one; a busy port or an
+    address this machine does not have is one line (exit status 2), before the server starts, rather
+    than uvicorn's log lines and its exit status 3."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((host, port))
+    except OSError as error:
+        listening.close()
+        if error.errno == errno.EADDRINUSE:
+            raise CommandError(f"port {port} is in use") from None
+        raise CommandError(
+            f"--host {host} --port {port}: cannot listen there ({error.strerror or error})"
+        ) from None
+    listening.listen(2048)  # uvicorn's backlog: a request sent before uvicorn starts waits, not refused
+    return listening
