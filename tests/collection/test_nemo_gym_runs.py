@@ -262,6 +262,18 @@ def test_a_run_directory_with_two_row_files_is_refused(tmp_path: Path) -> None:
         )
 
 
+def test_a_run_directory_with_its_manifest_names_its_rows_file_among_others(tmp_path: Path) -> None:
+    """A demo run's directory holds tasks.jsonl and injected_faults.jsonl beside its rows: its one
+    collection manifest says which file is the run's."""
+    for name in ("tasks.jsonl", "injected_faults.jsonl", "rollouts.jsonl"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "rollouts.manifest.json").write_text("{}")
+    config = CollectionConfig(
+        input_path=tmp_path / "tasks.jsonl", output_path=tmp_path, agent_url="http://127.0.0.1:1"
+    )
+    assert config.output_path == tmp_path / "rollouts.jsonl"
+
+
 @pytest.mark.parametrize(("size", "kept"), [(512, "b" * 512), (513, "b" * 511 + "…")])
 async def test_the_kept_body_is_bounded_at_512_characters(
     size: int, kept: str, tmp_path: Path, agent_url: str

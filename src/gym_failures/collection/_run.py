@@ -130,6 +130,7 @@ from gym_failures.rows import (
     read_tasks,
     repair_torn_tail,
     rollout_id,
+    run_rows_file,
 )
 from gym_failures.telemetry import CollectionProgress, RolloutOutcome, record_rollout, rollout_outcome
 
@@ -167,10 +168,14 @@ class CollectionConfig(BaseModel):
     @field_validator("output_path")
     @classmethod
     def _run_directory(cls, value: Path) -> Path:
-        # A run directory (NeMo Gym's, or ours) names its rows file: the one `<name>.jsonl` in it
-        # that is no `_failures` sidecar; `rollouts.jsonl` in an empty directory.
+        # A run directory (NeMo Gym's, or ours) names its rows file: the one its only collection
+        # manifest names, else the one `<name>.jsonl` in it that is no `_failures` sidecar;
+        # `rollouts.jsonl` in an empty directory.
         if not value.is_dir():
             return value
+        named = run_rows_file(value)
+        if named is not None:
+            return named
         candidates = sorted(
             path
             for path in value.glob("*.jsonl")
