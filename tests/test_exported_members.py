@@ -14,6 +14,7 @@ MODULES = [
     "gym_failures.cli",
     "gym_failures.client",
     "gym_failures.collection",
+    "gym_failures.failure_kinds",
     "gym_failures.failure_transport",
     "gym_failures.failures",
     "gym_failures.gate",

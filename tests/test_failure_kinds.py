@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import calendar
 import logging
+import subprocess
+import sys
 from datetime import datetime
 from typing import Any, get_args
 
@@ -641,3 +643,25 @@ class TestKindSets:
     @pytest.mark.parametrize("kind", [None, "not_a_kind", "verifier_error"])
     def test_not_server_failures(self, kind: str | None) -> None:
         assert not is_server_failure(kind)
+
+
+def test_the_lazily_loaded_models_are_in_star_imports_dir_and_type_hints() -> None:
+    """In a fresh process, before anything touched them: a star import and `dir` list the config
+    models, and `typing.get_type_hints` on the gate's readers resolves their annotation."""
+    code = (
+        "import sys, typing\n"
+        "import gym_failures.failure_kinds as kinds\n"
+        "assert 'gym_failures._classification_config' not in sys.modules\n"
+        "models = {'FailureClassificationConfig', 'StageClassificationConfig', 'StatusCode'}\n"
+        "assert models <= set(dir(kinds))\n"
+        "names = {}\n"
+        "exec('from gym_failures.failure_kinds import *', names)\n"
+        "assert names['FailureClassificationConfig'] is kinds.FailureClassificationConfig\n"
+        "assert names['StatusCode'] is kinds.StatusCode\n"
+        "import gym_failures.gate as gate\n"
+        "hints = typing.get_type_hints(gate.read_coverage)\n"
+        "assert hints['config'] == kinds.FailureClassificationConfig | None, hints\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")

@@ -362,3 +362,23 @@ def test_gate_reads_a_nemo_gym_reward_past_a_floats_range(tmp_path: Path) -> Non
     assert code in (EXIT_OK, EXIT_FAILED)
     assert "Traceback" not in stderr
     assert "1 scored" in stdout or "of 1 scored" in stdout
+
+
+@pytest.mark.parametrize("module", ["uvicorn", "starlette", "aiohttp"])
+def test_the_demo_without_its_extra_says_which_and_exits_2(tmp_path: Path, module: str) -> None:
+    """`gym_failures.demo` turns the missing module into its own message; it must stay a
+    ModuleNotFoundError naming the module, or the command line prints a traceback. A fresh process:
+    None in sys.modules before anything is imported fails `import {module}` as a missing package
+    does (in this process the collector may have imported it already)."""
+    code = (
+        "import sys\n"
+        f"sys.modules[{module!r}] = None\n"
+        "from gym_failures.cli import main\n"
+        f"sys.exit(main(['demo', '--rollouts', '2', '--out', {str(tmp_path)!r}]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (EXIT_USAGE, "")
+    assert done.stderr == (
+        f"gym-failures demo: error: this command needs the demo extra ({module} is not installed): "
+        "pip install 'gym-failures[demo]'\n"
+    )

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,6 +73,32 @@ def test_a_rerun_of_a_run_where_nothing_succeeded_still_exits_1(tmp_path: Path, 
         "gym-failures collect: none of 2 rollouts succeeded, all done by an earlier run "
         "(transport_unreachable 2)"
     ]
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        {"rollout_failure": "oops"},
+        {"rollout_failure": {"http_status": [503]}},
+        {"rollout_failure": {"http_status": 200}},
+        {"failure": "not a mapping"},
+        {"failure": {"failure_kind": ["x"]}},
+    ],
+)
+def test_a_rerun_over_rows_of_the_wrong_shape_still_says_one_line(
+    tmp_path: Path, tasks: Path, spoil: dict[str, Any]
+) -> None:
+    """The rows of a resumed run are read, never trusted; and an episode failure's 200 is no answer."""
+    command = ("collect", tasks, "--agent-url", f"http://127.0.0.1:{free_port()}", "--output")
+    assert _run(*command, tmp_path / "out.jsonl", "--max-attempts", "1")[0] == EXIT_FAILED
+    failures = tmp_path / "out_failures.jsonl"
+    rows = [{**json.loads(line), **spoil} for line in failures.read_text().splitlines()]
+    failures.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    code, _, stderr = _run(*command, tmp_path / "out.jsonl", "--max-attempts", "1")
+    assert code == EXIT_FAILED
+    (line,) = _lines(stderr)
+    assert line.startswith("gym-failures collect: none of 2 rollouts succeeded, all done by an earlier run (")
+    assert "answered" not in line
 
 
 def test_a_rerun_of_a_run_with_a_success_exits_0(tmp_path: Path, agent_url: str) -> None:
@@ -202,6 +229,29 @@ def test_a_plan_that_is_not_valid_names_the_first_problem(tmp_path: Path) -> Non
     )
 
 
+def test_a_plan_with_an_unknown_fault_names_the_key(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"rates": {"bogus": 0.1}}', encoding="utf-8")
+    code, _, stderr = _run("serve", "model", "--fault-plan", plan)
+    assert code == EXIT_USAGE
+    assert _error(stderr, "serve").startswith(
+        f"--fault-plan {plan}: not a valid plan: rates, key 'bogus': Input should be 'quota_429', "
+    )
+
+
+@pytest.mark.parametrize("command", [("serve", "model"), ("demo",)])
+def test_a_fault_plan_that_is_a_directory_says_so(tmp_path: Path, command: tuple[str, ...]) -> None:
+    code, _, stderr = _run(*command, "--fault-plan", tmp_path)
+    assert code == EXIT_USAGE
+    assert _error(stderr, command[0]) == f"--fault-plan {tmp_path} is a directory; name a file"
+
+
+def test_a_task_file_that_is_no_regular_file_says_so() -> None:
+    code, _, stderr = _run("collect", "/dev/null", "--agent-url", "http://127.0.0.1:9", "--output", "o")
+    assert code == EXIT_USAGE
+    assert _error(stderr, "collect") == "/dev/null is not a regular file"
+
+
 # --- inputs ------------------------------------------------------------------------------------
 
 
@@ -269,7 +319,11 @@ def test_a_refused_resume_names_the_flags_and_keeps_its_paths(tmp_path: Path, ta
     [
         ("http://127.0.0.1:99999", "the port 99999 is out of range (0-65535)"),
         ("http://user:Zq9Secret@[::1]:70000/", "the port 70000 is out of range (0-65535)"),
-        ("http://127.0.0.1:Zq9Secret/", "the port is not a number"),
+        ("http://127.0.0.1:Zq9Secret/", "the host is not followed by a valid port"),
+        ("http://h:1:2/", "the host is not followed by a valid port"),
+        ("http://[::1]:1:5/", "the host is not followed by a valid port"),
+        ("http://h:-1/", "the host is not followed by a valid port"),
+        ("http://h:65536/", "the port 65536 is out of range (0-65535)"),
     ],
 )
 def test_an_agent_url_with_a_bad_port_says_so(tasks: Path, url: str, message: str) -> None:
@@ -315,9 +369,40 @@ def test_an_output_directory_of_several_row_files_and_no_manifest_is_named(
 
 
 def test_collect_refuses_the_task_file_as_its_output(tasks: Path) -> None:
+    before = tasks.read_bytes()
     code, _, stderr = _run("collect", tasks, "--agent-url", "http://127.0.0.1:9", "--output", tasks)
     assert code == EXIT_USAGE
-    assert _error(stderr, "collect") == f"--output {tasks} is the task file; name another"
+    assert (
+        _error(stderr, "collect") == f"--output {tasks} would write its rows into the task file; name another"
+    )
+    assert tasks.read_bytes() == before
+
+
+def test_collect_refuses_an_output_whose_failures_file_is_the_task_file(tmp_path: Path) -> None:
+    tasks = tmp_path / "x_failures.jsonl"
+    tasks.write_text('{"id": "a"}\n')
+    output = tmp_path / "x.jsonl"
+    for force in ((), ("--force-resume",)):
+        code, _, stderr = _run(
+            "collect", tasks, "--agent-url", "http://127.0.0.1:9", "--output", output, *force
+        )
+        assert code == EXIT_USAGE
+        expected = f"--output {output} would write its failure rows into the task file; name another"
+        assert _error(stderr, "collect") == expected
+    assert tasks.read_text() == '{"id": "a"}\n'
+    assert not output.exists()
+
+
+def test_an_output_directory_holding_the_task_file_gets_its_own_rows_file(tmp_path: Path) -> None:
+    """`collect d/tasks.jsonl --output d`: the task file is no candidate for the run's rows."""
+    run = tmp_path / "d"
+    run.mkdir()
+    tasks = run / "tasks.jsonl"
+    tasks.write_text('{"id": "a"}\n')
+    code, _, _ = _run("collect", tasks, "--agent-url", "http://127.0.0.1:9", "--output", run)
+    assert code == EXIT_FAILED
+    assert tasks.read_text() == '{"id": "a"}\n'
+    assert (run / "rollouts_failures.jsonl").is_file()
 
 
 # --- wording -----------------------------------------------------------------------------------

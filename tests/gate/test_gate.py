@@ -395,6 +395,17 @@ def test_a_threshold_out_of_its_range_or_type_is_refused(given: dict[str, Any]) 
         GateThresholds(**given)
 
 
+def test_a_share_of_a_float_subclass_is_accepted_as_a_float() -> None:
+    """numpy's float64 is a float subclass: a threshold computed with numpy is a share."""
+
+    class Float64(float):
+        pass
+
+    thresholds = GateThresholds(min_scored_share=Float64(0.5), max_missing=2)
+    assert type(thresholds.min_scored_share) is float
+    assert thresholds.min_scored_share == 0.5
+
+
 @pytest.mark.parametrize("bound", [0, 0.0, 1, 1.0])
 def test_a_share_at_its_bounds_is_accepted_as_a_float(bound: float) -> None:
     thresholds = GateThresholds(min_scored_share=bound, max_evaluation_share=bound, max_unknown_share=bound)

@@ -40,6 +40,7 @@ __all__ = [
     "port_number",
     "program",
     "require_extra",
+    "require_file",
     "shell_path",
 ]
 
@@ -86,6 +87,17 @@ class CommandError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.message, self.status, self.command))
+
+
+def require_file(path: Path, label: str) -> None:
+    """Refuse `path` unless it is a file that can be read, naming what it is instead; `label` is how
+    the message names it (`--fault-plan plan.json`, or the path itself)."""
+    if path.is_dir():
+        raise CommandError(f"{label} is a directory; name a file")
+    if not path.exists():
+        raise CommandError(f"{label}: no such file")
+    if not path.is_file():
+        raise CommandError(f"{label} is not a regular file")
 
 
 class _Parser(argparse.ArgumentParser):

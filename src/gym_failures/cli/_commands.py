@@ -52,6 +52,7 @@ from gym_failures.cli._app import (
     plural,
     program,
     require_extra,
+    require_file,
     shell_path,
 )
 from gym_failures.cli._serve import add_serve
@@ -146,9 +147,11 @@ def _agent_url(text: str) -> str:
         parts.port  # noqa: B018 (reading it is the check)
     except ValueError:
         port = parts.netloc.rpartition("@")[2].rpartition("]")[2].rpartition(":")[2]
-        if port.isascii() and port.isdigit():
+        if port.isascii() and port.isdigit() and int(port) > 65535:
             raise argparse.ArgumentTypeError(f"the port {int(port)} is out of range (0-65535)") from None
-        raise argparse.ArgumentTypeError("the port is not a number") from None
+        # `h:1:2`, `h:-1`, `h:x`: what follows the host is no port at all (never echoed: it may be
+        # part of a password the URL was written around).
+        raise argparse.ArgumentTypeError("the host is not followed by a valid port") from None
     return text
 
 
@@ -589,8 +592,7 @@ def _require_tasks(path: Path) -> None:
 
     if path.is_dir():
         raise CommandError(f"{path} is a directory; name the task file")
-    if not path.is_file():
-        raise CommandError(f"{path}: no such file")
+    require_file(path, str(path))
     scan = TaskScan(path)
     # The reader is dropped after its first task: CPython closes it (and its file) at once.
     with _quiet_row_reader():
@@ -626,8 +628,6 @@ def _run_collect(arguments: argparse.Namespace) -> int:
     _require_tasks(arguments.input_path)
     options: dict[str, Any] = {"max_attempts": arguments.max_attempts} if arguments.max_attempts else {}
     output = _output_path(arguments.output)
-    if output.resolve() == arguments.input_path.resolve():
-        raise CommandError(f"--output {arguments.output} is the task file; name another")
     try:
         config = CollectionConfig(
             input_path=arguments.input_path,
@@ -700,8 +700,13 @@ def _no_success(failures: Path, agent_url: str, summary: CollectionSummary) -> i
     with _quiet_row_reader():
         for row in read_rows(failures):
             if row.get("final") is True:
-                kinds[str((row.get("failure") or {}).get("failure_kind"))] += 1
-                statuses[(row.get("rollout_failure") or {}).get("http_status")] += 1
+                # A resumed run's rows are read, never trusted: a value of the wrong type is no kind.
+                failure, record = row.get("failure"), row.get("rollout_failure")
+                kind = failure.get("failure_kind") if isinstance(failure, dict) else None
+                kinds[kind if isinstance(kind, str) else "(none)"] += 1
+                status = record.get("http_status") if isinstance(record, dict) else None
+                # Only an error status says the agent answered no: an episode failure comes in a 200.
+                statuses[status if type(status) is int and 400 <= status <= 599 else None] += 1
     common = ", ".join(f"{kind} {count}" for kind, count in kinds.most_common(3)) or "no failure rows"
     agent = f"the agent at {url_without_secrets(agent_url)}"
     none_of = (
@@ -801,8 +806,8 @@ def _run_demo(arguments: argparse.Namespace) -> int:
     from gym_failures.cli._live import live_collection
     from gym_failures.demo import DemoOptionsError, run_demo
 
-    if arguments.fault_plan is not None and not arguments.fault_plan.is_file():
-        raise CommandError(f"--fault-plan {arguments.fault_plan}: no such file")
+    if arguments.fault_plan is not None:
+        require_file(arguments.fault_plan, f"--fault-plan {arguments.fault_plan}")
     with live_collection() as on_progress:
         try:
             run_dir = run_demo(

@@ -15,6 +15,7 @@ from gym_failures.cli._app import (
     add_metrics_option,
     port_number,
     require_extra,
+    require_file,
 )
 from gym_failures.cli._text import stderr_line
 
@@ -85,8 +86,8 @@ def _run_serve(arguments: argparse.Namespace) -> int:
     from gym_failures.model_endpoint import ModelEndpoint, load_plan
     from gym_failures.redaction import MIN_KNOWN_SECRET, register_secret
 
-    if arguments.fault_plan is not None and not arguments.fault_plan.is_file():
-        raise CommandError(f"--fault-plan {arguments.fault_plan}: no such file")
+    if arguments.fault_plan is not None:
+        require_file(arguments.fault_plan, f"--fault-plan {arguments.fault_plan}")
     try:
         plan = load_plan(arguments.fault_plan)
     except ValidationError as error:
@@ -119,7 +120,10 @@ def _first_problem(error: Any) -> str:
     many more there are."""
     problems = error.errors(include_url=False, include_input=False)
     first = problems[0]
-    where = ".".join(str(part) for part in first["loc"])
+    parts = [str(part) for part in first["loc"]]
+    where = ".".join(parts)
+    if len(parts) >= 2 and parts[-1] == "[key]":  # pydantic's `rates.bogus.[key]`: a mapping's key
+        where = ", ".join([*filter(None, [".".join(parts[:-2])]), f"key {parts[-2]!r}"])
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     return f"{where + ': ' if where else ''}{first['msg']}{more}"
 

@@ -96,7 +96,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import yarl
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from gym_failures import nemo_gym
 from gym_failures.client import map_transport_errors, raise_boundary_failure
@@ -167,10 +167,21 @@ class CollectionConfig(BaseModel):
 
     @field_validator("output_path")
     @classmethod
-    def _run_directory(cls, value: Path) -> Path:
+    def _rows_file(cls, value: Path, info: ValidationInfo) -> Path:
+        tasks = info.data.get("input_path")
+        tasks = tasks.resolve() if isinstance(tasks, Path) else None
+        rows = cls._run_directory(value, tasks)
+        # The rows or their failures file being the task file would append rows to the tasks.
+        if tasks is not None and tasks in (rows.resolve(), failures_path(rows).resolve()):
+            which = "rows" if tasks == rows.resolve() else "failure rows"
+            raise ValueError(f"output_path would write its {which} into the task file; name another")
+        return rows
+
+    @staticmethod
+    def _run_directory(value: Path, tasks: Path | None) -> Path:
         # A run directory (NeMo Gym's, or ours) names its rows file: the one its only collection
-        # manifest names, else the one `<name>.jsonl` in it that is no `_failures` sidecar;
-        # `rollouts.jsonl` in an empty directory.
+        # manifest names, else the one `<name>.jsonl` in it that is neither a `_failures` sidecar
+        # nor the task file; `rollouts.jsonl` in a directory without one.
         if not value.is_dir():
             return value
         named = run_rows_file(value)
@@ -179,7 +190,7 @@ class CollectionConfig(BaseModel):
         candidates = sorted(
             path
             for path in value.glob("*.jsonl")
-            if path.is_file() and not path.stem.endswith(FAILURES_SUFFIX)
+            if path.is_file() and not path.stem.endswith(FAILURES_SUFFIX) and path.resolve() != tasks
         )
         if len(candidates) > 1:
             names = ", ".join(path.name for path in candidates)

@@ -54,7 +54,7 @@ try:
 except ImportError as error:  # pragma: no cover - depends on what is installed
     if error.name not in ("aiohttp", "starlette", "uvicorn"):
         raise
-    raise ImportError(
+    raise ModuleNotFoundError(
         f"gym_failures.demo needs {error.name}: pip install 'gym-failures[demo]'", name=error.name
     ) from error
 

@@ -32,8 +32,11 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast, get_args
+from typing import Any, Literal, cast, get_args
 
+# The module, for the annotations: `failure_kinds.FailureClassificationConfig` loads on first use, so
+# `typing.get_type_hints` on these functions loads it rather than failing on a name never imported.
+from gym_failures import failure_kinds
 from gym_failures.failure_kinds import (
     EMPTY_ANSWER,
     GRADING_WITHOUT_VERDICT,
@@ -54,9 +57,6 @@ from gym_failures.rows import (
     normalized,
     read_rows,
 )
-
-if TYPE_CHECKING:
-    from gym_failures.failure_kinds import FailureClassificationConfig
 
 _STAGES: frozenset[str] = frozenset(get_args(FailureStage))
 
@@ -178,7 +178,7 @@ def _attempt(row: Mapping[str, Any]) -> int:
 
 
 def _failure_evidence(
-    row: Mapping[str, Any], config: FailureClassificationConfig | None
+    row: Mapping[str, Any], config: failure_kinds.FailureClassificationConfig | None
 ) -> tuple[str | None, FailureStage | None, int | None]:
     """The kind, stage and HTTP status of a failure row: the `EpisodeFailure`'s own kind and stage,
     else its failure event's; the HTTP status is the failure event's, else the row's.
@@ -215,7 +215,9 @@ def _failure_evidence(
 
 
 def _outcome(
-    row: Mapping[str, Any], rules: Sequence[GateRule], config: FailureClassificationConfig | None
+    row: Mapping[str, Any],
+    rules: Sequence[GateRule],
+    config: failure_kinds.FailureClassificationConfig | None,
 ) -> _Outcome | None:
     """The outcome `row` records, or None for an attempt that was retried."""
     if "failure" not in row:
@@ -237,7 +239,7 @@ def rollout_coverage(
     rows: Iterable[Mapping[str, Any]],
     expected: int | None = None,
     rules: Sequence[GateRule] = DEFAULT_RULES,
-    config: FailureClassificationConfig | None = None,
+    config: failure_kinds.FailureClassificationConfig | None = None,
     max_attempts: int | None = None,
 ) -> Coverage:
     """The coverage of `rows` (in any supported form; each is normalized first, `max_attempts` being
@@ -320,7 +322,7 @@ def read_coverage(
     paths: Iterable[Path],
     expected: int | None = None,
     rules: Sequence[GateRule] = DEFAULT_RULES,
-    config: FailureClassificationConfig | None = None,
+    config: failure_kinds.FailureClassificationConfig | None = None,
     max_attempts: int | None = None,
 ) -> Coverage:
     """The coverage of the rows in `paths` (success and failure files, in any order).

@@ -40,11 +40,13 @@ class GateThresholds:
         anything else raises `ValueError` naming the threshold."""
         for name in _SHARES:
             value = getattr(self, name)
-            if type(value) not in (int, float) or not 0.0 <= value <= 1.0:  # NaN fails the range too
+            number = isinstance(value, int | float) and not isinstance(value, bool)  # numpy's too
+            if not number or not 0.0 <= value <= 1.0:  # NaN fails the range too
                 raise ValueError(f"{name} is a number from 0 to 1, not {value!r}")
             object.__setattr__(self, name, float(value))
-        if type(self.max_missing) is not int or self.max_missing < 0:
-            raise ValueError(f"max_missing is a whole number from 0, not {self.max_missing!r}")
+        missing = self.max_missing
+        if not isinstance(missing, int) or isinstance(missing, bool) or missing < 0:
+            raise ValueError(f"max_missing is a whole number from 0, not {missing!r}")
 
     def as_dict(self) -> dict[str, Any]:
         """The four thresholds, JSON-ready."""
