@@ -110,7 +110,10 @@ def _run_serve(arguments: argparse.Namespace) -> int:
         host, port = listening.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         stderr_line(f"gym-failures serve: the model endpoint on http://{shown}:{port} (Ctrl-C stops it)")
-        server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False))
+        # The endpoint keeps nothing to start or stop: no lifespan, so a second Ctrl-C during
+        # shutdown has no lifespan task to cancel (and no traceback of it to print).
+        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off")
+        server = uvicorn.Server(config)
         server.run(sockets=[listening])
     return EXIT_OK
 
