@@ -67,5 +67,7 @@ def test_two_interrupts_during_shutdown_print_no_traceback() -> None:
     assert process.returncode == 130
     assert b"Traceback" not in stderr
     assert stderr.decode().splitlines()[-1] == "gym-failures serve: interrupted"
-    with socket.socket() as again:
+    with socket.socket() as again:  # no listener left (SO_REUSEADDR: the health check's TIME_WAIT)
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         again.bind(("127.0.0.1", port))
+        again.listen()
