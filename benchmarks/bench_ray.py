@@ -100,23 +100,44 @@ class _Instant(Collector):
 
 
 class _Timed(RayCollector):
-    """A Ray run that notes when its workers are up: the dispatch alone is timed from there."""
+    """A Ray run that notes when all its workers are up: the dispatch alone is timed from there."""
 
     ready_at = 0.0
 
     @contextlib.asynccontextmanager
     async def started_workers(self) -> AsyncIterator[list[Any]]:
         async with super().started_workers() as workers:
-            self.ready_at = time.perf_counter()
-            yield workers
+            noting = asyncio.ensure_future(self._note_ready(workers))
+            try:
+                yield workers
+            finally:
+                noting.cancel()
+
+    async def _note_ready(self, workers: list[Any]) -> None:
+        await asyncio.gather(*(worker.ready.remote() for worker in workers))
+        self.ready_at = time.perf_counter()
 
 
 class _WorkersOnly(RayCollector):
     """Start and end the Ray workers, dispatch nothing: their start-up cost alone."""
 
     async def start_and_end(self) -> None:
-        async with self.started_workers():
-            pass
+        async with self.started_workers() as workers:
+            await asyncio.gather(*(worker.ready.remote() for worker in workers))
+
+
+def _empty_actors() -> None:
+    """Start two actors that import nothing, and end them: what Ray's worker processes cost alone."""
+    import ray
+
+    class Empty:  # defined here, so Ray ships it by value and the worker imports nothing of ours
+        def ready(self) -> bool:
+            return True
+
+    actors: list[Any] = [ray.remote(Empty).options(num_cpus=1).remote() for _ in range(2)]
+    ray.get([actor.ready.remote() for actor in actors])
+    for actor in actors:
+        ray.kill(actor)
 
 
 def _plain(directory: Path, agent: str) -> None:
@@ -149,6 +170,11 @@ def main() -> str:
             plain: list[float] = []
             on_ray: list[float] = []
             workers: list[float] = []
+            empty: list[float] = []
+            # `ray.init` leaves a worker process per CPU idle for its first job: take them now, so that
+            # every timed run starts its workers as a `collect --ray` joining a cluster does (a new
+            # process each); the first run would otherwise start on them.
+            _empty_actors()
             for index in range(ROUNDS):
                 # Alternate which goes first, so neither always runs on a warmer machine.
                 order = (plain, on_ray) if index % 2 == 0 else (on_ray, plain)
@@ -156,6 +182,7 @@ def main() -> str:
                     run = _plain if samples is plain else _on_ray
                     samples.append(_timed(functools.partial(run, directory, agent)))
                 workers.append(_timed(lambda: _workers_only(directory, agent)))
+                empty.append(_timed(_empty_actors))
             driver = [
                 _timed(lambda: asyncio.run(_Instant(_config(directory, agent, 64)).run())) for _ in range(3)
             ]
@@ -203,6 +230,10 @@ def main() -> str:
             ("`ray.init(num_cpus=2)`, a local Ray's start (once)", f"{ray_start_s:.2f} s"),
             ("2 Ray workers started and ended (median)", f"{statistics.median(workers):.2f} s"),
             (
+                "2 empty Ray actors started and ended (median): Ray's own floor",
+                f"{statistics.median(empty):.2f} s",
+            ),
+            (
                 "driver alone: rows taken and written per second",
                 f"{ROLLOUTS / statistics.median(driver):,.0f}",
             ),
@@ -217,6 +248,7 @@ def main() -> str:
         "ray": on_ray,
         "ray_from_workers_up": dispatch_only,
         "workers": workers,
+        "empty_actors": empty,
         "driver": driver,
         "fastest": fastest,
     }

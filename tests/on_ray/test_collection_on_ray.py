@@ -229,13 +229,31 @@ async def test_every_worker_gone_ends_the_run_and_a_resume_finishes_it(
 async def test_workers_ray_cannot_place_end_the_run_with_a_clear_failure(
     tmp_path: Path, agent_url: str
 ) -> None:
-    """The session's Ray has two CPUs and each worker asks one: a third never starts."""
-    config = _config(tmp_path / "out", agent_url, [{"mode": "ok"}], timeout_s=1.5)
+    """The session's Ray has two CPUs and each worker asks one: a third never starts. The two that
+    start work meanwhile; at the attempt timeout the run sends no more attempts, saves those in
+    flight and ends, and a resume with two workers finishes it."""
+    tasks = [{"mode": "ok", "sleep": 0.5} for _ in range(40)]
+    config = _config(tmp_path / "long" / "out", agent_url, tasks, timeout_s=1.5)
     with pytest.raises(CollectionFailure, match=r"1 of 3 Ray workers did not start within 1\.5 s") as ended:
         await collect_on_ray(config, workers=3)
     assert ended.value.failure_kind == "collection_dispatch_failed"
-    assert _rows(config) == []
-    assert (await collect_on_ray(config, workers=2)).succeeded == 1, "the workers were ended"
+    assert "collect again with fewer workers" in ended.value.failure_reason
+    before = _rows(config)
+    assert 0 < len(before) < 40, "the started workers worked until the timeout, and the run then ended"
+    assert all("failure" not in row for row in before), "the attempts in flight were saved, not cut off"
+    assert (await collect_on_ray(config, workers=2)).succeeded == 40 - len(before), "the workers were ended"
+    rows = _assert_whole(config, 40)
+    assert all(row in rows for row in before)
+
+
+async def test_a_run_done_before_the_attempt_timeout_ends_a_worker_that_never_started(
+    tmp_path: Path, agent_url: str
+) -> None:
+    tasks = [{"mode": "ok"}]
+    summary = await asyncio.wait_for(collect_on_ray(_config(tmp_path / "3", agent_url, tasks), workers=3), 30)
+    assert summary.succeeded == 1, "no failure: every rollout was final before the timeout"
+    again = _config(tmp_path / "2", agent_url, tasks, timeout_s=20)
+    assert (await collect_on_ray(again, workers=2)).succeeded == 1, "the third worker was ended too"
 
 
 _RAY_SCRIPT = """

@@ -24,9 +24,16 @@ Decisions:
   own rule, `RAY_ADDRESS` or the cluster last started on this machine, else a new local Ray), and
   then calls `ray.shutdown` when the run ends, cancelled or not: a local Ray it started is stopped,
   a cluster is only disconnected from. The workers it started are always ended.
-- Workers ask one CPU each, and are spread over the cluster's nodes (`SPREAD`). Workers that do not
-  start within the attempt timeout (no CPU free for them) end the run at once with a
-  `CollectionFailure` (`collection_dispatch_failed`) that says so, before any attempt is sent.
+- The workers are asked for first, before the driver reads the tasks and the manifest, and each is
+  fed from the moment it is up, not once all are: a worker's start (a Python process that imports
+  Ray, pydantic, aiohttp and the collector) is most of what a short run pays for Ray. The run's id
+  travels with each exchange, as the workers start before the driver has read the manifest.
+- Workers ask one CPU each, and are spread over the cluster's nodes (`SPREAD`). When a worker is not
+  up within the attempt timeout (no CPU free for it) while rollouts are open, the run sends no more
+  attempts, saves the rows of those in flight on the workers that did start, and ends with a
+  `CollectionFailure` (`collection_dispatch_failed`) that says how many workers did not start; the
+  next `collect`, with fewer workers, resumes it. A run whose rollouts are all final first just ends
+  the workers that never started.
 - The workers need `gym-failures[aiohttp]` installed where they run (the cluster's image); no
   runtime environment is shipped.
 """
@@ -60,9 +67,9 @@ class _AttemptWorker:
     """A Ray actor's body: one `AttemptDispatcher`, entered in the actor's own event loop, running
     at most `concurrency` attempts at once; the attempts it was given wait their turn here."""
 
-    def __init__(self, config: CollectionConfig, run_id: str) -> None:
-        self._dispatcher = AttemptDispatcher(config, run_id)
-        self._entered = False
+    def __init__(self, config: CollectionConfig) -> None:
+        self._config = config
+        self._dispatcher: AttemptDispatcher | None = None
         self._slots: asyncio.Semaphore | None = None
         self._done: list[tuple[int, AttemptRow]] = []
         self._ready: asyncio.Event | None = None
@@ -70,14 +77,15 @@ class _AttemptWorker:
         self._incarnation = secrets.token_hex(8)
         """Made anew when Ray restarts the worker: what it held before is gone."""
 
-    async def exchange(self, work: list[_Work]) -> tuple[str, list[tuple[int, AttemptRow]]]:
-        """Start `work`, then wait for at least one row and return every row finished since the last
-        exchange (with its ticket), beside this incarnation's token; nothing to wait for returns at
-        once."""
-        if not self._entered:
-            # No await between the test and the set: concurrent first calls enter once.
-            self._entered = True
-            self._slots = asyncio.Semaphore(self._dispatcher.config.concurrency)
+    async def exchange(self, run_id: str, work: list[_Work]) -> tuple[str, list[tuple[int, AttemptRow]]]:
+        """Start `work` (attempts of run `run_id`), then wait for at least one row and return every row
+        finished since the last exchange (with its ticket), beside this incarnation's token; nothing
+        to wait for returns at once."""
+        if self._dispatcher is None:
+            # No await between the test and the set: concurrent first calls enter once. The run's id
+            # comes with the work: the worker starts before the driver has read the manifest.
+            self._dispatcher = AttemptDispatcher(self._config, run_id)
+            self._slots = asyncio.Semaphore(self._config.concurrency)
             self._ready = asyncio.Event()
             await self._dispatcher.__aenter__()
         assert self._ready is not None
@@ -92,6 +100,7 @@ class _AttemptWorker:
         return self._incarnation, done
 
     async def _run(self, ticket: int, rollout: PendingRollout, attempt: int) -> None:
+        assert self._dispatcher is not None
         assert self._slots is not None
         assert self._ready is not None
         async with self._slots:
@@ -133,7 +142,15 @@ class RayCollector(Collector):
         self._tickets = itertools.count()
         self._open = 0
         """Rollouts of this run without a final outcome yet."""
+        self._stopping = False
+        """No attempt is sent any more: the attempts in flight come back, then the run ends."""
         self._changed = asyncio.Condition()
+
+    async def run(self) -> CollectionSummary:
+        # The workers start (a process each) while the driver takes its lock, reads the tasks and
+        # the manifest and opens its files, rather than after.
+        async with self.started_workers():
+            return await super().run()
 
     def in_flight(self) -> int:
         return self.worker_count * self.config.concurrency
@@ -141,26 +158,40 @@ class RayCollector(Collector):
     async def dispatch_rollouts(
         self, rollouts: list[PendingRollout], successes: RowWriter, failures: RowWriter
     ) -> None:
-        """Feed every worker from one queue; a feeder keeps the rollouts it took (their retries
-        included) until they are final, or hands them back when its worker is gone for good."""
+        """Feed every worker from one queue, each from the moment it is up; a feeder keeps the
+        rollouts it took (their retries included) until they are final, or hands them back when its
+        worker is gone for good."""
         if not rollouts:
             return
         queue = collections.deque((rollout, rollout.next_attempt) for rollout in rollouts)
         self._open = len(rollouts)
+        self._stopping = False
         self._changed = asyncio.Condition()
-        async with self.started_workers() as workers:
-            lost = AttemptDispatcher(self.config, self.run_id)
-            feeders = [
-                asyncio.create_task(self._feed(worker, queue, lost, successes, failures))
-                for worker in workers
-            ]
-            try:
-                await asyncio.gather(*feeders)
-            finally:
-                for feeder in feeders:
-                    feeder.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.gather(*feeders, return_exceptions=True)
+        up = [asyncio.ensure_future(worker.ready.remote()) for worker in self.workers]
+        lost = AttemptDispatcher(self.config, self.run_id)
+        feeders = [
+            asyncio.create_task(self._feed(worker, started, queue, lost, successes, failures))
+            for worker, started in zip(self.workers, up, strict=True)
+        ]
+        placement = asyncio.create_task(self._placed(up))
+        try:
+            await asyncio.gather(*feeders)
+            not_started = placement.result() if placement.done() else 0
+        finally:
+            for task in (*feeders, placement, *up):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*feeders, placement, *up, return_exceptions=True)
+        if self._open and not_started:
+            raise CollectionFailure(
+                failure_kind=COLLECTION_DISPATCH_FAILED,
+                failure_reason=(
+                    f"{not_started} of {len(self.workers)} Ray workers did not start within "
+                    f"{self.config.timeout_s:g} s (each asks for one CPU; the cluster has "
+                    f"{_cluster_cpus():g}); {self._open} rollout(s) have no final outcome yet: collect "
+                    "again with fewer workers to resume them"
+                ),
+            )
         if self._open:
             raise CollectionFailure(
                 failure_kind=COLLECTION_DISPATCH_FAILED,
@@ -170,14 +201,41 @@ class RayCollector(Collector):
                 ),
             )
 
+    async def _placed(self, up: list[asyncio.Future[Any]]) -> int:
+        """How many workers did not start within the attempt timeout; when some did not and rollouts
+        are open, the run stops: a worker Ray cannot place (no CPU free for it) would otherwise hold
+        the run forever without a word. The workers that did start go on meanwhile."""
+        _, waiting = await asyncio.wait(up, timeout=self.config.timeout_s)
+        if waiting:
+            async with self._changed:
+                self._stopping = True
+                self._changed.notify_all()
+        return len(waiting)
+
+    async def _came_up(self, started: asyncio.Future[Any]) -> bool:
+        """Wait until the worker answers (True), or the run no longer needs it (False)."""
+        ended = asyncio.ensure_future(self._no_more_wanted())
+        try:
+            await asyncio.wait({started, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+        return started.done() and not self._stopping and self._open > 0
+
+    async def _no_more_wanted(self) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._open == 0 or self._stopping)
+
     async def _feed(
         self,
         worker: Any,
+        started: asyncio.Future[Any],
         queue: collections.deque[tuple[PendingRollout, int]],
         lost: AttemptDispatcher,
         successes: RowWriter,
         failures: RowWriter,
     ) -> None:
+        if not await self._came_up(started):
+            return
         # What this worker was given and has not answered, by ticket; and this feeder's retries.
         sent: dict[int, tuple[PendingRollout, int]] = {}
         retries: collections.deque[tuple[PendingRollout, int]] = collections.deque()
@@ -186,13 +244,15 @@ class RayCollector(Collector):
         incarnation: str | None = None
         while True:
             work: list[_Work] = []
-            while len(sent) + len(work) < capacity and (retries or queue):
+            while not self._stopping and len(sent) + len(work) < capacity and (retries or queue):
                 rollout, attempt = retries.popleft() if retries else queue.popleft()
                 work.append((next(self._tickets), rollout, attempt))
             if not sent and not work:
+                if self._stopping:
+                    return
                 # Nothing here: wait for rollouts a lost worker's feeder hands back, or the end.
                 async with self._changed:
-                    await self._changed.wait_for(lambda: bool(queue) or self._open == 0)
+                    await self._changed.wait_for(lambda: bool(queue) or self._open == 0 or self._stopping)
                 if self._open == 0:
                     return
                 continue
@@ -200,7 +260,7 @@ class RayCollector(Collector):
             sent.update((ticket, (rollout, attempt)) for ticket, rollout, attempt in work)
             gone: BaseException | None = None
             try:
-                token, done = await worker.exchange.remote(work)
+                token, done = await worker.exchange.remote(self.run_id, work)
             except ray.exceptions.RayError as error:
                 # The worker was lost: every attempt it held may have reached the agent.
                 gone, incarnation = error, None
@@ -242,8 +302,9 @@ class RayCollector(Collector):
 
     @contextlib.asynccontextmanager
     async def started_workers(self) -> AsyncIterator[list[Any]]:
-        """Ray joined (or started) and the workers up, for the block; the workers are always ended,
-        and a Ray this run started is shut down."""
+        """Ray joined (or started) and the workers asked for, for the block (they start meanwhile:
+        nothing here waits for them); the workers are always ended, and a Ray this run started is
+        shut down."""
         # `ray.shutdown` ends what `ray.init` started here (a local Ray), and only disconnects from
         # a cluster that was already up: a Ray this process already ran is left as it was.
         started = not ray.is_initialized()
@@ -257,8 +318,7 @@ class RayCollector(Collector):
                 max_task_retries=0,
                 scheduling_strategy="SPREAD",
             )
-            self.workers = [actor.remote(self.config, self.run_id) for _ in range(self.worker_count)]
-            await self._all_started()
+            self.workers = [actor.remote(self.config) for _ in range(self.worker_count)]
             yield self.workers
         finally:
             for worker in self.workers:
@@ -267,25 +327,6 @@ class RayCollector(Collector):
             self.workers = []
             if started:
                 ray.shutdown()
-
-    async def _all_started(self) -> None:
-        """Wait for every worker to start, within the attempt timeout: a worker Ray cannot place (no
-        CPU free for it) would otherwise hold the run forever without a word."""
-        ready = [worker.ready.remote() for worker in self.workers]
-        _, waiting = await asyncio.wait(
-            [asyncio.ensure_future(ref) for ref in ready], timeout=self.config.timeout_s
-        )
-        for future in waiting:
-            future.cancel()
-        if waiting:
-            raise CollectionFailure(
-                failure_kind=COLLECTION_DISPATCH_FAILED,
-                failure_reason=(
-                    f"{len(waiting)} of {len(self.workers)} Ray workers did not start within "
-                    f"{self.config.timeout_s:g} s (each asks for one CPU; the cluster has "
-                    f"{_cluster_cpus():g}); ask for fewer workers"
-                ),
-            )
 
 
 def _restarted_row(lost: AttemptDispatcher, rollout: PendingRollout, attempt: int) -> AttemptRow:
