@@ -4,9 +4,15 @@ rollouts (64 in flight in all), Ray's start-up, and the rate at which the driver
 The agent is a real uvicorn server in its own process that takes 20 ms per rollout (an
 `asyncio.sleep`) and answers a success. The plain collector runs at concurrency 64; the Ray run uses
 two workers with 32 each, on a local Ray started once before the rounds (`ray.init` excluded, as on a
-cluster that is up; the workers' own start is inside the Ray run's wall time and shown apart). Rounds
-alternate the two, each into a fresh output, and the medians are kept (`benchmarks/_timing.py`'s
-rule: ratios against a baseline measured under the same drift).
+cluster that is up; the workers' own start is inside the Ray run's wall time, as a `collect --ray`
+pays it, and shown apart). Rounds alternate the two, each into a fresh output, and the medians are
+kept (`benchmarks/_timing.py`'s rule: ratios against a baseline measured under the same drift).
+
+Ray leaves a worker process per CPU idle for the first job after `ray.init`; a `collect --ray` that
+joins a cluster already up is a new job and finds none, so each of its workers is a new process.
+The bench takes those idle processes first (two empty actors, untimed), so that every timed Ray run
+starts its workers as such a `collect --ray` does. Beside the workers' start, two empty actors'
+start and end is Ray's own floor: a process each, that imports Ray and nothing of ours.
 
 The driver's row rate is measured with a dispatcher that answers each attempt at once with a built
 row: what is left is the collector's own queue, budget and row writing (`Collector._save`), the bound
@@ -80,6 +86,9 @@ def _config(directory: Path, agent_url: str, concurrency: int) -> CollectionConf
 
 
 def _timed(run: Callable[[], object]) -> float:
+    # The workers a Ray run ends exit after it returns: let them go before the next timed run starts,
+    # as they would between two runs of `collect`, rather than bill their exit to whatever runs next.
+    time.sleep(0.5)
     start = time.perf_counter()
     run()
     return time.perf_counter() - start

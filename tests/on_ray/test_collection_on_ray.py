@@ -232,17 +232,19 @@ async def test_workers_ray_cannot_place_end_the_run_with_a_clear_failure(
     """The session's Ray has two CPUs and each worker asks one: a third never starts. The two that
     start work meanwhile; at the attempt timeout the run sends no more attempts, saves those in
     flight and ends, and a resume with two workers finishes it."""
-    tasks = [{"mode": "ok", "sleep": 0.5} for _ in range(40)]
-    config = _config(tmp_path / "long" / "out", agent_url, tasks, timeout_s=1.5)
-    with pytest.raises(CollectionFailure, match=r"1 of 3 Ray workers did not start within 1\.5 s") as ended:
+    # 56 x 0.4 s at 8 in flight is 2.8 s of work: the run cannot end before the 2 s timeout, and two
+    # workers start well within it, even on a busy machine (0.1 - 1.2 s here).
+    tasks = [{"mode": "ok", "sleep": 0.4} for _ in range(56)]
+    config = _config(tmp_path / "long" / "out", agent_url, tasks, timeout_s=2)
+    with pytest.raises(CollectionFailure, match=r"1 of 3 Ray workers did not start within 2 s") as ended:
         await collect_on_ray(config, workers=3)
     assert ended.value.failure_kind == "collection_dispatch_failed"
     assert "collect again with fewer workers" in ended.value.failure_reason
     before = _rows(config)
-    assert 0 < len(before) < 40, "the started workers worked until the timeout, and the run then ended"
+    assert 0 < len(before) < 56, "the started workers worked until the timeout, and the run then ended"
     assert all("failure" not in row for row in before), "the attempts in flight were saved, not cut off"
-    assert (await collect_on_ray(config, workers=2)).succeeded == 40 - len(before), "the workers were ended"
-    rows = _assert_whole(config, 40)
+    assert (await collect_on_ray(config, workers=2)).succeeded == 56 - len(before), "the workers were ended"
+    rows = _assert_whole(config, 56)
     assert all(row in rows for row in before)
 
 
