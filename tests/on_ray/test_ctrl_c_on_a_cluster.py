@@ -70,9 +70,10 @@ def _in_session(session: int) -> dict[int, str]:
 
 
 def _end_session(session: int) -> None:
-    """SIGTERM to every process of `session`, SIGKILL to those left after 2 s (the GCS server and the
-    autoscaler's monitor take about 10 s to end on SIGTERM; the cluster is thrown away)."""
-    for sent, grace in ((signal.SIGTERM, 2), (signal.SIGKILL, 10)):
+    """SIGTERM to every process of `session`, SIGKILL to those left after half a second (the GCS
+    server and the autoscaler's monitor take about 10 s to end on SIGTERM; the cluster and its
+    directory are thrown away)."""
+    for sent, grace in ((signal.SIGTERM, 0.5), (signal.SIGKILL, 10)):
         for pid in _in_session(session):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sent)
