@@ -3,9 +3,7 @@ console script."""
 
 from __future__ import annotations
 
-import contextlib
 import http.server
-import io
 import json
 import subprocess
 import sys
@@ -17,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from gym_failures.cli import main
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import AgentFailure, ModelFailure
 from gym_failures.rows import read_rows
+from tests.cli.invoke import run_cli
 from tests.saved_rows import (
     context_limit,
     failure_row,
@@ -49,10 +47,7 @@ class Result:
 
 
 def _invoke(*args: str | Path) -> Result:
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        code = main([str(arg) for arg in args])
-    return Result(code, stdout.getvalue(), stderr.getvalue())
+    return Result(*run_cli(*args))
 
 
 @pytest.fixture

@@ -19,17 +19,14 @@ from gym_failures.cli._app import program
 from gym_failures.cli._commands import GATE_DEFAULTS
 from gym_failures.gate import GateThresholds
 from gym_failures.rows import row_files
+from tests.cli.invoke import run_cli
 from tests.processes import free_port
 from tests.saved_rows import failure_row, model_503_chain, success_row, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(*args: str | Path) -> tuple[int, str, str]:
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        code = main([str(arg) for arg in args])
-    return code, stdout.getvalue(), stderr.getvalue()
+_run = run_cli
 
 
 def _one_error_line(stderr: str, command: str) -> str:

@@ -3,8 +3,6 @@ a run's rows named alone, run directories as outputs, and messages in the comman
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shlex
 import socket
@@ -16,20 +14,17 @@ from typing import Any
 
 import pytest
 
-from gym_failures.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+from gym_failures.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from gym_failures.cli._commands import longest_chain, next_steps
 from gym_failures.rows import row_files
+from tests.cli.invoke import run_cli
 from tests.processes import free_port
 from tests.saved_rows import failure_row, model_503_chain, success_row, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(*args: str | Path) -> tuple[int, str, str]:
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        code = main([str(arg) for arg in args])
-    return code, stdout.getvalue(), stderr.getvalue()
+_run = run_cli
 
 
 def _lines(stderr: str) -> list[str]:
