@@ -458,3 +458,18 @@ def test_the_demos_hint_names_a_failed_rollout_and_works_as_pasted(run: Path) ->
     assert [item["outcome"] for item in json.loads(stdout)] == ["failure"]
     gate = shlex.split(steps[1])
     assert _run(*gate[gate.index("gate") :])[0] in (EXIT_OK, EXIT_FAILED)
+
+
+def test_a_directory_of_runs_names_them(tmp_path: Path) -> None:
+    """`summarize runs/` (the demo's parent directory) names the newest runs inside, to pick from."""
+    for name in ("20261130T090000Z", "20261130T100000Z", "20261130T110000Z", "20261130T120000Z"):
+        (tmp_path / name).mkdir()
+        write_jsonl(tmp_path / name / "rollouts.jsonl", [success_row("0:0")])
+    (tmp_path / "notes").mkdir()
+    code, _, stderr = _run("summarize", tmp_path)
+    assert code == EXIT_USAGE
+    newest = ", ".join(shlex.quote(str(tmp_path / name)) for name in ("20261130T120000Z", "20261130T110000Z"))
+    assert _error(stderr, "summarize") == (
+        f"{tmp_path}: no row files (*.jsonl) in this directory; it holds 4 runs: {newest}, "
+        f"{shlex.quote(str(tmp_path / '20261130T100000Z'))} and 1 more (name one)"
+    )

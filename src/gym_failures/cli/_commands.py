@@ -174,6 +174,21 @@ def _paths_argument(parser: argparse.ArgumentParser) -> None:
 # --- inputs ------------------------------------------------------------------------------------
 
 
+def _runs_inside(directory: Path, shown: int = 3) -> str:
+    """ ", it holds runs: a, b (name one)" for a directory of run directories (`runs/`, `make demo`'s
+    parent of its runs), naming the newest `shown`; "" for any other."""
+    from gym_failures.rows import row_files
+
+    runs = sorted(
+        (child for child in directory.iterdir() if child.is_dir() and row_files(child)), reverse=True
+    )
+    if not runs:
+        return ""
+    names = ", ".join(shell_path(run) for run in runs[:shown])
+    more = f" and {len(runs) - shown} more" if len(runs) > shown else ""
+    return f"; it holds {plural(len(runs), 'run')}: {names}{more} (name one)"
+
+
 def row_inputs(paths: Iterable[Path], *, run_failures: bool = True) -> list[Path]:
     """The row files `paths` name, each once: a file as itself, a directory as its row files.
 
@@ -193,7 +208,7 @@ def row_inputs(paths: Iterable[Path], *, run_failures: bool = True) -> list[Path
         if path.is_dir():
             found = row_files(path)
             if not found:
-                raise CommandError(f"{path}: no row files (*.jsonl) in this directory")
+                raise CommandError(f"{path}: no row files (*.jsonl) in this directory{_runs_inside(path)}")
             named.extend(found)
         elif path.is_file():
             _readable(path)
