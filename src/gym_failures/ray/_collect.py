@@ -236,7 +236,7 @@ class RayWorkers:
     @contextlib.contextmanager
     def claimed(self, key: str) -> Iterator[list[Any]]:
         """The workers for run `key`, for the block; a run already going on, or a pool not open, is
-        refused (`RuntimeError`). At the block's end each worker is told to close the run's state."""
+        refused (`RuntimeError`)."""
         if self._state != "started":
             raise RuntimeError(
                 "this pool of Ray workers is not open: use it inside `async with RayWorkers(...)`, or "
@@ -252,11 +252,6 @@ class RayWorkers:
             yield list(self.handles)
         finally:
             self._running = None
-            for worker in self.handles:
-                # Not awaited: a run that is cancelled cannot wait, and the next run's first
-                # exchange closes the state anyway.
-                with contextlib.suppress(Exception):
-                    worker.end_run.remote(key)
 
 
 class RayCollector(Collector):
@@ -290,6 +285,8 @@ class RayCollector(Collector):
         self.address = address
         self._key = ""
         """This run's key in the workers, new each run (the manifest's run id is kept across resumes)."""
+        self._fed: list[Any] = []
+        """The workers this run sent attempts to."""
         self.workers: list[Any] = []
         """The running workers' actor handles (for tests and operators; empty outside a run)."""
         self._tickets = itertools.count()
@@ -320,7 +317,7 @@ class RayCollector(Collector):
         self._open = len(rollouts)
         self._stopping = False
         self._changed = asyncio.Condition()
-        up = [asyncio.ensure_future(worker.ready.remote()) for worker in self.workers]
+        up: list[asyncio.Future[Any]] = [asyncio.ensure_future(_answered(worker)) for worker in self.workers]
         lost = AttemptDispatcher(self.config, self.run_id)
         feeders = [
             asyncio.create_task(self._feed(worker, started, queue, lost, successes, failures))
@@ -391,6 +388,7 @@ class RayCollector(Collector):
     ) -> None:
         if not await self._came_up(started):
             return
+        self._fed.append(worker)
         # What this worker was given and has not answered, by ticket; and this feeder's retries.
         sent: dict[int, tuple[PendingRollout, int]] = {}
         retries: collections.deque[tuple[PendingRollout, int]] = collections.deque()
@@ -450,7 +448,7 @@ class RayCollector(Collector):
     async def _restarted(self, worker: Any) -> bool:
         """Whether a lost worker is back (Ray restarts it) within the attempt timeout."""
         try:
-            await asyncio.wait_for(worker.ready.remote(), self.config.timeout_s)
+            await asyncio.wait_for(_answered(worker), self.config.timeout_s)
         except (ray.exceptions.RayError, TimeoutError):
             return False
         return True
@@ -459,7 +457,7 @@ class RayCollector(Collector):
     async def started_workers(self) -> AsyncIterator[list[Any]]:
         """The run's workers, for the block: the pool's, or workers asked for now (they start
         meanwhile: nothing here waits for them) and always ended after the block, with a Ray this
-        run started shut down."""
+        run started shut down. A pool's workers close the run's state when it ends."""
         self._key = secrets.token_hex(8)
         owned = self.pool is None
         pool = RayWorkers(self.worker_count, address=self.address) if self.pool is None else self.pool
@@ -467,14 +465,43 @@ class RayCollector(Collector):
             if owned:
                 pool.start()
             with pool.claimed(self._key) as workers:
-                self.workers = workers
+                self.workers, self._fed = workers, []
                 try:
                     yield workers
+                except BaseException:
+                    if not owned:
+                        # Not awaited: a cancelled run cannot wait; the next run's first exchange
+                        # closes the state anyway. Sent, it stops this run's attempts still running.
+                        for worker in workers:
+                            with contextlib.suppress(Exception):
+                                worker.end_run.remote(self._key)
+                    raise
                 finally:
                     self.workers = []
+                if not owned:
+                    await self._end_run(self._fed)
         finally:
             if owned:
                 pool.close()
+
+    async def _end_run(self, workers: list[Any]) -> None:
+        """Have the workers this run fed close its state (their client sessions), within the attempt
+        timeout; a worker lost meanwhile has none left."""
+        ends = [worker.end_run.remote(self._key) for worker in workers]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*ends, return_exceptions=True), self.config.timeout_s)
+
+
+async def _answered(worker: Any) -> None:
+    """Wait until `worker` answers; Ray's error when it is gone for good. A worker Ray is restarting
+    refuses calls for a moment (`ActorUnavailableError`) rather than queueing them: ask again."""
+    while True:
+        try:
+            await worker.ready.remote()
+        except ray.exceptions.ActorUnavailableError:
+            await asyncio.sleep(0.05)
+        else:
+            return
 
 
 def _restarted_row(lost: AttemptDispatcher, rollout: PendingRollout, attempt: int) -> AttemptRow:
