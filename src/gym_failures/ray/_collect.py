@@ -36,6 +36,13 @@ Decisions:
   the workers that never started.
 - The workers need `gym-failures[aiohttp]` installed where they run (the cluster's image); no
   runtime environment is shipped.
+- Workers live for one run (a number of workers: the run makes its own `RayWorkers` and closes it),
+  or across runs (a `RayWorkers` pool the caller keeps open). A worker holds one run's state at a
+  time, keyed by a token new each run (the manifest's run id survives a resume), opened by the run's
+  first exchange (which carries the config) and closed at the run's end or when another run's
+  exchange comes. One run at a time per pool: a second is refused (`RuntimeError`), as two runs would
+  share each worker's slots. The command line stays per run: workers that outlive their process
+  must be detached actors, which outlive Ctrl-C too.
 """
 
 from __future__ import annotations
