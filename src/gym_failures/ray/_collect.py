@@ -201,12 +201,12 @@ class RayWorkers:
         if self._state != "new":
             raise RuntimeError(f"this pool of Ray workers was already {self._state}; make a new one")
         self._state = "started"
-        # `ray.shutdown` ends what `ray.init` started here (a local Ray), and only disconnects from
-        # a cluster that was already up: a Ray this process already ran is left as it was.
-        if not ray.is_initialized():
-            ray.init(address=self.address, log_to_driver=False, include_dashboard=False)
-            self._started_ray = True
         try:
+            # `ray.shutdown` ends what `ray.init` started here (a local Ray), and only disconnects
+            # from a cluster that was already up: a Ray this process already ran is left as it was.
+            if not ray.is_initialized():
+                ray.init(address=self.address, log_to_driver=False, include_dashboard=False)
+                self._started_ray = True
             actor = ray.remote(_AttemptWorker).options(
                 num_cpus=1,
                 # A run's exchange, the end of the run before it, `ready` and `state` may overlap.
