@@ -182,6 +182,29 @@ async def test_a_worker_killed_between_runs_is_back_for_the_next_run(tmp_path: P
         assert [state["run"] for state in after] == [None, None], "both ran the run, and closed it"
 
 
+async def test_a_worker_killed_mid_run_on_a_pool_loses_nothing_and_stays_in_the_pool(
+    tmp_path: Path, agent_url: str
+) -> None:
+    tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(24)]
+    async with RayWorkers(workers=2) as pool:
+        before = await _states(pool)
+        config = _config(tmp_path / "a", agent_url, tasks)
+        collector = RayCollector(config, workers=pool)
+        run = asyncio.create_task(collector.run())
+        while collector.progress.attempts < 4:
+            await asyncio.sleep(0.01)
+        ray.kill(pool.handles[0], no_restart=False)
+        summary = await asyncio.wait_for(run, 60)
+        assert summary.succeeded == 24
+        lost = [row for row in _assert_whole(config, 24) if "failure" in row]
+        assert lost, "the kill landed while attempts were in flight"
+        assert all(row["rollout_failure"]["delivery"] == "possibly_delivered" for row in lost)
+        assert await _restarted(pool.handles[0], before[0]["pid"]), "Ray restarted it under the same handle"
+        again = _config(tmp_path / "b", agent_url, tasks[:8])
+        assert (await collect_on_ray(again, workers=pool)).succeeded == 8
+        assert [state["run"] for state in await _states(pool)] == [None, None]
+
+
 async def test_a_worker_killed_just_before_a_run_loses_nothing(tmp_path: Path, agent_url: str) -> None:
     """`ray.kill` returns before the worker is gone: the run may send it attempts that are lost as it
     dies (rows `possibly_delivered`, retried), then waits for it to be restarted."""
