@@ -8,9 +8,11 @@ links rebuilt), and turns Ray's own failures (a worker, actor or node lost) into
 failure returned as a value, a `FailureReport` or a `FailureEvent` pickles whole.
 
 `RayCollector` (and `collect_on_ray`, `gym-failures collect --ray`) runs the collector with its
-attempts dispatched by Ray workers; it needs the `ray` and `aiohttp` extras and is imported on first
-use. Nothing here imports Ray until it is used: `gym_failure_of` looks Ray up only when Ray is loaded
-(no Ray error can exist before), and the collector imports it when it starts.
+attempts dispatched by Ray workers, started for the run or taken from a `RayWorkers` pool that lives
+across runs (a training loop's driver collecting a batch per step); it needs the `ray` and `aiohttp`
+extras and is imported on first use. Nothing here imports Ray until it is used: `gym_failure_of`
+looks Ray up only when Ray is loaded (no Ray error can exist before), and the collector imports it
+when it starts.
 
 Decisions:
 - Ray's own failures become a `CollectionFailure` (the caller of `ray.get` observed them) raised from
@@ -30,9 +32,9 @@ from gym_failures.failure_kinds import CANCELLED, COLLECTION_DISPATCH_FAILED
 from gym_failures.failures import CollectionFailure, NgFailureEvent, exception_type_name, explicit_gym_failure
 
 if TYPE_CHECKING:
-    from gym_failures.ray._collect import RayCollector, collect_on_ray
+    from gym_failures.ray._collect import RayCollector, RayWorkers, collect_on_ray
 
-__all__ = ["RayCollector", "collect_on_ray", "gym_failure_of"]
+__all__ = ["RayCollector", "RayWorkers", "collect_on_ray", "gym_failure_of"]
 
 # Ray wraps a failure once per task it crosses (a task that calls a task that fails): unwrap at most
 # this many layers.
@@ -92,7 +94,7 @@ def _ray_failure(error: BaseException, exceptions: Any) -> CollectionFailure:
     return failure
 
 
-_COLLECT_NAMES = frozenset({"RayCollector", "collect_on_ray"})
+_COLLECT_NAMES = frozenset({"RayCollector", "RayWorkers", "collect_on_ray"})
 
 
 def __getattr__(name: str) -> Any:

@@ -36,6 +36,13 @@ Decisions:
   the workers that never started.
 - The workers need `gym-failures[aiohttp]` installed where they run (the cluster's image); no
   runtime environment is shipped.
+- Workers live for one run (a number of workers: the run makes its own `RayWorkers` and closes it),
+  or across runs (a `RayWorkers` pool the caller keeps open). A worker holds one run's state at a
+  time, keyed by a token new each run (the manifest's run id survives a resume), opened by the run's
+  first exchange (which carries the config) and closed at the run's end or when another run's
+  exchange comes. One run at a time per pool: a second is refused (`RuntimeError`), as two runs would
+  share each worker's slots. The command line stays per run: workers that outlive their process
+  must be detached actors, which outlive Ctrl-C too.
 """
 
 from __future__ import annotations
@@ -44,8 +51,9 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import os
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import ray
@@ -63,65 +71,203 @@ _Work = tuple[int, PendingRollout, int]
 """An attempt sent to a worker: its ticket (unique in the run), the rollout, the attempt number."""
 
 
-class _AttemptWorker:
-    """A Ray actor's body: one `AttemptDispatcher`, entered in the actor's own event loop, running
-    at most `concurrency` attempts at once; the attempts it was given wait their turn here."""
+class _WorkerRun:
+    """One run's state in a worker: its `AttemptDispatcher` (the client session for that run's config),
+    at most `concurrency` attempts at once, and the rows finished since the last exchange."""
 
-    def __init__(self, config: CollectionConfig) -> None:
-        self._config = config
-        self._dispatcher: AttemptDispatcher | None = None
-        self._slots: asyncio.Semaphore | None = None
-        self._done: list[tuple[int, AttemptRow]] = []
-        self._ready: asyncio.Event | None = None
-        self._running: set[asyncio.Task[None]] = set()
-        self._incarnation = secrets.token_hex(8)
-        """Made anew when Ray restarts the worker: what it held before is gone."""
+    def __init__(self, key: str, config: CollectionConfig, run_id: str) -> None:
+        self.key = key
+        self.dispatcher = AttemptDispatcher(config, run_id)
+        self.slots = asyncio.Semaphore(config.concurrency)
+        self.done: list[tuple[int, AttemptRow]] = []
+        self.ready = asyncio.Event()
+        self.running: set[asyncio.Task[None]] = set()
+        # Entered once, by whichever exchange of the run comes first; the others await the same.
+        self.opened = asyncio.ensure_future(self.dispatcher.__aenter__())
+        self.closed = False
 
-    async def exchange(self, run_id: str, work: list[_Work]) -> tuple[str, list[tuple[int, AttemptRow]]]:
-        """Start `work` (attempts of run `run_id`), then wait for at least one row and return every row
-        finished since the last exchange (with its ticket), beside this incarnation's token; nothing
-        to wait for returns at once."""
-        if self._dispatcher is None:
-            # No await between the test and the set: concurrent first calls enter once. The run's id
-            # comes with the work: the worker starts before the driver has read the manifest.
-            self._dispatcher = AttemptDispatcher(self._config, run_id)
-            self._slots = asyncio.Semaphore(self._config.concurrency)
-            self._ready = asyncio.Event()
-            await self._dispatcher.__aenter__()
-        assert self._ready is not None
+    def start(self, work: list[_Work]) -> None:
         for ticket, rollout, attempt in work:
             task = asyncio.create_task(self._run(ticket, rollout, attempt))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
-        if not self._done and self._running:
-            await self._ready.wait()
-        done, self._done = self._done, []
-        self._ready.clear()
-        return self._incarnation, done
+            self.running.add(task)
+            task.add_done_callback(self.running.discard)
 
     async def _run(self, ticket: int, rollout: PendingRollout, attempt: int) -> None:
-        assert self._dispatcher is not None
-        assert self._slots is not None
-        assert self._ready is not None
-        async with self._slots:
+        async with self.slots:
             try:
-                row = await self._dispatcher.row(rollout, attempt)
+                row = await self.dispatcher.row(rollout, attempt)
             except Exception as error:
                 # `row` records every failed attempt itself; this is a fault of the worker, and
                 # an attempt without its row would hold its rollout forever.
-                row = self._dispatcher.failure_row(rollout, attempt, _lost(error, rollout, attempt))
-        self._done.append((ticket, row))
-        self._ready.set()
+                row = self.dispatcher.failure_row(rollout, attempt, _lost(error, rollout, attempt))
+        self.done.append((ticket, row))
+        self.ready.set()
+
+    async def close(self) -> None:
+        """End the run here: its attempts still running are cancelled (the driver has no use for their
+        rows: a resume dispatches them again), an exchange waiting on it returns, its session closes."""
+        self.closed = True
+        self.ready.set()
+        for task in list(self.running):
+            task.cancel()
+        await asyncio.gather(*self.running, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self.opened
+        await self.dispatcher.__aexit__(None, None, None)
+
+
+class _AttemptWorker:
+    """A Ray actor's body: it runs the attempts of one run at a time, each run's state (`_WorkerRun`)
+    set up at the run's first exchange and closed at its end, or when another run's exchange comes."""
+
+    def __init__(self) -> None:
+        self._run: _WorkerRun | None = None
+        self._ended: collections.deque[str] = collections.deque(maxlen=64)
+        """The keys of the last runs ended here: an exchange of one that comes late is not started."""
+        self._incarnation = secrets.token_hex(8)
+        """Made anew when Ray restarts the worker: what it held before is gone."""
+
+    async def exchange(
+        self, key: str, config: CollectionConfig, run_id: str, work: list[_Work]
+    ) -> tuple[str, list[tuple[int, AttemptRow]]]:
+        """Start `work` (attempts of run `key`, whose config and run id come with each exchange: the
+        worker may be new to the run, or restarted), then wait for at least one row and return every
+        row finished since the last exchange (with its ticket), beside this incarnation's token;
+        nothing to wait for returns at once."""
+        if key in self._ended:
+            return self._incarnation, []
+        run = self._run
+        if run is None or run.key != key:
+            # No await between the test and the set: a concurrent exchange of the same run finds it.
+            stale, run = run, _WorkerRun(key, config, run_id)
+            self._run = run
+            if stale is not None:
+                self._ended.append(stale.key)
+                await stale.close()
+        await run.opened
+        if run.closed:
+            return self._incarnation, []
+        run.start(work)
+        if not run.done and run.running:
+            await run.ready.wait()
+        done, run.done = run.done, []
+        if not run.closed:
+            run.ready.clear()
+        return self._incarnation, done
+
+    async def end_run(self, key: str) -> None:
+        """Close run `key`'s state here (its session, its attempts still running), if it is open."""
+        self._ended.append(key)
+        run = self._run
+        if run is not None and run.key == key:
+            self._run = None
+            await run.close()
 
     def ready(self) -> bool:
         return True
 
+    def state(self) -> dict[str, Any]:
+        """This worker's process id and the key of the run it holds open (None: none), for tests."""
+        return {"pid": os.getpid(), "run": None if self._run is None else self._run.key}
+
+
+class RayWorkers:
+    """Ray workers that live across collection runs: `async with RayWorkers(workers=4) as pool:`, then
+    `await collect_on_ray(config, workers=pool)` as often as needed (each run's config may differ).
+
+    Entering (or `start()`) joins the Ray this process runs, else `ray.init(address)`, and asks for
+    the `workers` actors, which start in the background (the first run feeds each from the moment it
+    is up). Leaving (or `close()`, safe to call again) ends them with `ray.kill`, whatever ended the
+    block (an error, a cancellation, Ctrl-C), and shuts down a Ray that `start` started. A run on the
+    pool never ends its workers; one run at a time: a second run while one is going raises
+    `RuntimeError`.
+    """
+
+    def __init__(self, workers: int = 2, *, address: str | None = None) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be a whole number of at least 1, not {workers!r}")
+        self.size = workers
+        self.address = address
+        self.handles: list[Any] = []
+        """The workers' actor handles while the pool is open (Ray restarts a lost one under the same
+        handle); empty before `start` and after `close`."""
+        self._started_ray = False
+        self._state = "new"
+        self._running: str | None = None
+        """The key of the run going on, if any."""
+
+    def start(self) -> RayWorkers:
+        """Join (or start) Ray and ask for the workers; nothing here waits for them to be up."""
+        if self._state != "new":
+            raise RuntimeError(f"this pool of Ray workers was already {self._state}; make a new one")
+        self._state = "started"
+        try:
+            # `ray.shutdown` ends what `ray.init` started here (a local Ray), and only disconnects
+            # from a cluster that was already up: a Ray this process already ran is left as it was.
+            if not ray.is_initialized():
+                ray.init(address=self.address, log_to_driver=False, include_dashboard=False)
+                self._started_ray = True
+            actor = ray.remote(_AttemptWorker).options(
+                num_cpus=1,
+                # A run's exchange, the end of the run before it, `ready` and `state` may overlap.
+                max_concurrency=8,
+                max_restarts=-1,
+                max_task_retries=0,
+                scheduling_strategy="SPREAD",
+            )
+            self.handles = [actor.remote() for _ in range(self.size)]
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """End the workers (`ray.kill`) and shut down a Ray `start` started; again, it does nothing."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        handles, self.handles = self.handles, []
+        for worker in handles:
+            with contextlib.suppress(Exception):
+                ray.kill(worker)
+        if self._started_ray:
+            self._started_ray = False
+            ray.shutdown()
+
+    async def __aenter__(self) -> RayWorkers:
+        return self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def claimed(self, key: str) -> Iterator[list[Any]]:
+        """The workers for run `key`, for the block; a run already going on, or a pool not open, is
+        refused (`RuntimeError`)."""
+        if self._state != "started":
+            raise RuntimeError(
+                "this pool of Ray workers is not open: use it inside `async with RayWorkers(...)`, or "
+                "call its start() first"
+            )
+        if self._running is not None:
+            raise RuntimeError(
+                "this pool of Ray workers is running another collection; runs on one pool take turns "
+                "(await the first, or make a second pool)"
+            )
+        self._running = key
+        try:
+            yield list(self.handles)
+        finally:
+            self._running = None
+
 
 class RayCollector(Collector):
-    """A `Collector` whose attempts run on `workers` Ray workers, each with the config's concurrency.
+    """A `Collector` whose attempts run on Ray workers, each with the config's concurrency.
 
-    `address` is a Ray cluster's address (`ray.init(address)`); `None` joins the Ray this process
-    already runs, else Ray's own choice (`RAY_ADDRESS`, else a new local Ray) for the run's duration.
+    `workers` is a number of workers started for the run and ended after it, or a `RayWorkers` pool
+    (used, never ended, by the run). `address` is a Ray cluster's address (`ray.init(address)`) for
+    workers started for the run; `None` joins the Ray this process already runs, else Ray's own
+    choice (`RAY_ADDRESS`, else a new local Ray) for the run's duration. A pool has its own address.
     """
 
     def __init__(
@@ -129,14 +275,25 @@ class RayCollector(Collector):
         config: CollectionConfig,
         on_progress: Callable[[CollectionProgress], None] | None = None,
         *,
-        workers: int = 2,
+        workers: int | RayWorkers = 2,
         address: str | None = None,
     ) -> None:
-        if workers < 1:
-            raise ValueError(f"workers must be at least 1, not {workers}")
+        if isinstance(workers, RayWorkers):
+            if address is not None:
+                raise ValueError("address goes to the RayWorkers pool, not to a run on it")
+            self.pool: RayWorkers | None = workers
+            self.worker_count = workers.size
+        else:
+            if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+                raise ValueError(f"workers must be a whole number of at least 1, not {workers!r}")
+            self.pool = None
+            self.worker_count = workers
         super().__init__(config, on_progress)
-        self.worker_count = workers
         self.address = address
+        self._key = ""
+        """This run's key in the workers, new each run (the manifest's run id is kept across resumes)."""
+        self._fed: list[Any] = []
+        """The workers this run sent attempts to."""
         self.workers: list[Any] = []
         """The running workers' actor handles (for tests and operators; empty outside a run)."""
         self._tickets = itertools.count()
@@ -167,7 +324,7 @@ class RayCollector(Collector):
         self._open = len(rollouts)
         self._stopping = False
         self._changed = asyncio.Condition()
-        up = [asyncio.ensure_future(worker.ready.remote()) for worker in self.workers]
+        up: list[asyncio.Future[Any]] = [asyncio.ensure_future(_answered(worker)) for worker in self.workers]
         lost = AttemptDispatcher(self.config, self.run_id)
         feeders = [
             asyncio.create_task(self._feed(worker, started, queue, lost, successes, failures))
@@ -219,6 +376,8 @@ class RayCollector(Collector):
             await asyncio.wait({started, ended}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             ended.cancel()
+        if started.done() and started.exception() is not None:
+            return False  # gone for good before the run (a pool's worker Ray would not restart)
         return started.done() and not self._stopping and self._open > 0
 
     async def _no_more_wanted(self) -> None:
@@ -236,6 +395,7 @@ class RayCollector(Collector):
     ) -> None:
         if not await self._came_up(started):
             return
+        self._fed.append(worker)
         # What this worker was given and has not answered, by ticket; and this feeder's retries.
         sent: dict[int, tuple[PendingRollout, int]] = {}
         retries: collections.deque[tuple[PendingRollout, int]] = collections.deque()
@@ -260,7 +420,7 @@ class RayCollector(Collector):
             sent.update((ticket, (rollout, attempt)) for ticket, rollout, attempt in work)
             gone: BaseException | None = None
             try:
-                token, done = await worker.exchange.remote(self.run_id, work)
+                token, done = await worker.exchange.remote(self._key, self.config, self.run_id, work)
             except ray.exceptions.RayError as error:
                 # The worker was lost: every attempt it held may have reached the agent.
                 gone, incarnation = error, None
@@ -295,38 +455,60 @@ class RayCollector(Collector):
     async def _restarted(self, worker: Any) -> bool:
         """Whether a lost worker is back (Ray restarts it) within the attempt timeout."""
         try:
-            await asyncio.wait_for(worker.ready.remote(), self.config.timeout_s)
+            await asyncio.wait_for(_answered(worker), self.config.timeout_s)
         except (ray.exceptions.RayError, TimeoutError):
             return False
         return True
 
     @contextlib.asynccontextmanager
     async def started_workers(self) -> AsyncIterator[list[Any]]:
-        """Ray joined (or started) and the workers asked for, for the block (they start meanwhile:
-        nothing here waits for them); the workers are always ended, and a Ray this run started is
-        shut down."""
-        # `ray.shutdown` ends what `ray.init` started here (a local Ray), and only disconnects from
-        # a cluster that was already up: a Ray this process already ran is left as it was.
-        started = not ray.is_initialized()
-        if started:
-            ray.init(address=self.address, log_to_driver=False, include_dashboard=False)
+        """The run's workers, for the block: the pool's, or workers asked for now (they start
+        meanwhile: nothing here waits for them) and always ended after the block, with a Ray this
+        run started shut down. A pool's workers close the run's state when it ends."""
+        self._key = secrets.token_hex(8)
+        owned = self.pool is None
+        pool = RayWorkers(self.worker_count, address=self.address) if self.pool is None else self.pool
         try:
-            actor = ray.remote(_AttemptWorker).options(
-                num_cpus=1,
-                max_concurrency=2,
-                max_restarts=-1,
-                max_task_retries=0,
-                scheduling_strategy="SPREAD",
-            )
-            self.workers = [actor.remote(self.config) for _ in range(self.worker_count)]
-            yield self.workers
+            if owned:
+                pool.start()
+            with pool.claimed(self._key) as workers:
+                self.workers, self._fed = workers, []
+                try:
+                    yield workers
+                except BaseException:
+                    if not owned:
+                        # Not awaited: a cancelled run cannot wait; the next run's first exchange
+                        # closes the state anyway. Sent, it stops this run's attempts still running.
+                        for worker in workers:
+                            with contextlib.suppress(Exception):
+                                worker.end_run.remote(self._key)
+                    raise
+                finally:
+                    self.workers = []
+                if not owned:
+                    await self._end_run(self._fed)
         finally:
-            for worker in self.workers:
-                with contextlib.suppress(Exception):
-                    ray.kill(worker)
-            self.workers = []
-            if started:
-                ray.shutdown()
+            if owned:
+                pool.close()
+
+    async def _end_run(self, workers: list[Any]) -> None:
+        """Have the workers this run fed close its state (their client sessions), within the attempt
+        timeout; a worker lost meanwhile has none left."""
+        ends = [worker.end_run.remote(self._key) for worker in workers]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*ends, return_exceptions=True), self.config.timeout_s)
+
+
+async def _answered(worker: Any) -> None:
+    """Wait until `worker` answers; Ray's error when it is gone for good. A worker Ray is restarting
+    refuses calls for a moment (`ActorUnavailableError`) rather than queueing them: ask again."""
+    while True:
+        try:
+            await worker.ready.remote()
+        except ray.exceptions.ActorUnavailableError:
+            await asyncio.sleep(0.05)
+        else:
+            return
 
 
 def _restarted_row(lost: AttemptDispatcher, rollout: PendingRollout, attempt: int) -> AttemptRow:
@@ -358,10 +540,11 @@ async def collect_on_ray(
     config: CollectionConfig,
     on_progress: Callable[[CollectionProgress], None] | None = None,
     *,
-    workers: int = 2,
+    workers: int | RayWorkers = 2,
     address: str | None = None,
 ) -> CollectionSummary:
-    """Run one collection on Ray workers (resuming what is on disk) and return its summary."""
+    """Run one collection on Ray workers (resuming what is on disk) and return its summary: `workers`
+    started for the run and ended after it, or a `RayWorkers` pool's (left running)."""
     return await RayCollector(config, on_progress, workers=workers, address=address).run()
 
 

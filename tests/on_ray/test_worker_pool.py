@@ -1,0 +1,273 @@
+"""A pool of Ray workers that lives across collection runs, on a real local Ray against the real agent
+server: the rows a local run saves, the same worker processes from run to run, each run's state
+closed at its end, a cancelled run or a killed worker leaving the pool usable, and no worker left."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from gym_failures.collection import CollectionConfig, collect, read_rows
+from gym_failures.ray import RayCollector, RayWorkers, collect_on_ray
+
+pytestmark = pytest.mark.usefixtures("ray_address")
+
+MODES = ("ok", "retry_then_ok", "always_fail", "terminal", "raise", "garbage", "masked")
+
+
+def _config(directory: Path, agent_url: str, tasks: list[dict[str, Any]], **options: Any) -> CollectionConfig:
+    directory.mkdir(parents=True, exist_ok=True)
+    tasks_path = directory / "tasks.jsonl"
+    tasks_path.write_text("".join(json.dumps(task) + "\n" for task in tasks))
+    return CollectionConfig(
+        input_path=tasks_path,
+        output_path=directory / "out" / "rollouts.jsonl",
+        agent_url=agent_url,
+        **{"concurrency": 4, "max_attempts": 3, **options},
+    )
+
+
+def _rows(config: CollectionConfig) -> list[dict[str, Any]]:
+    return list(read_rows(config.output_path)) + list(read_rows(config.failures_path))
+
+
+def _plan(rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+    """Each row's rollout, attempt and outcome: what two runs of the same plan agree on."""
+    return {
+        (
+            row["rollout_id"],
+            row["attempt"],
+            (row.get("failure") or {}).get("failure_kind"),
+            row.get("final"),
+            (row.get("rollout_failure") or {}).get("delivery"),
+        )
+        for row in rows
+    }
+
+
+def _assert_whole(config: CollectionConfig, rollouts: int) -> list[dict[str, Any]]:
+    """Every rollout has one final outcome, its attempts numbered 1..n, none saved twice."""
+    rows = _rows(config)
+    keys = [(row["rollout_id"], row["attempt"]) for row in rows]
+    assert len(keys) == len(set(keys)), "no attempt is saved twice"
+    finals = Counter(row["rollout_id"] for row in rows if "failure" not in row or row["final"])
+    assert len(finals) == rollouts
+    assert set(finals.values()) == {1}, "exactly one final outcome each"
+    return rows
+
+
+async def _states(pool: RayWorkers) -> list[dict[str, Any]]:
+    """Each worker's process id and the run it holds open (a worker Ray is restarting refuses calls
+    for a moment: ask again)."""
+    return [await _state(worker) for worker in pool.handles]
+
+
+async def _state(worker: Any) -> dict[str, Any]:
+    for _ in range(200):
+        with contextlib.suppress(ray.exceptions.ActorUnavailableError):
+            state: dict[str, Any] = await worker.state.remote()
+            return state
+        await asyncio.sleep(0.1)
+    raise AssertionError("the worker did not answer within 20 s")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+async def _all_gone(pids: list[int]) -> bool:
+    for _ in range(100):
+        if not any(_alive(pid) for pid in pids):
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def test_successive_runs_on_one_pool_save_the_rows_a_local_run_saves(
+    tmp_path: Path, agent_url: str
+) -> None:
+    """Two runs with different configs (tasks, concurrency, budget, timeout, agent URL, output) on
+    the same worker processes; each run's state is closed in the workers when it ends."""
+    first = [{"mode": MODES[index % len(MODES)]} for index in range(14)]
+    second = [{"mode": MODES[(index + 3) % len(MODES)]} for index in range(10)]
+    configs = [
+        (first, agent_url, {}),
+        (second, agent_url + "/", {"concurrency": 2, "max_attempts": 2, "timeout_s": 20}),
+    ]
+    async with RayWorkers(workers=2) as pool:
+        pids: list[list[int]] = []
+        for index, (tasks, url, options) in enumerate(configs):
+            on_pool = _config(tmp_path / f"pool{index}", url, tasks, **options)
+            local = _config(tmp_path / f"local{index}", url, tasks, **options)
+            pooled_summary = await collect_on_ray(on_pool, workers=pool)
+            local_summary = await collect(local)
+            assert _plan(_rows(on_pool)) == _plan(_rows(local))
+            assert (pooled_summary.attempts, pooled_summary.succeeded) == (
+                local_summary.attempts,
+                local_summary.succeeded,
+            )
+            states = await _states(pool)
+            assert [state["run"] for state in states] == [None, None], "the run's session was closed"
+            pids.append([state["pid"] for state in states])
+        assert pids[0] == pids[1], "the same worker processes ran both runs"
+    assert pool.handles == []
+    assert await _all_gone(pids[0]), "the pool's workers ended with it"
+    assert ray.is_initialized(), "the session's Ray is left running"
+
+
+@pytest.mark.parametrize("ending", ["normally", "KeyboardInterrupt"])
+async def test_the_pool_ends_its_workers_however_its_block_ends(ending: str) -> None:
+    pool = RayWorkers(workers=2)
+    with pytest.raises(KeyboardInterrupt) if ending == "KeyboardInterrupt" else contextlib.nullcontext():
+        async with pool:
+            pids = [state["pid"] for state in await _states(pool)]
+            handles = list(pool.handles)
+            if ending == "KeyboardInterrupt":
+                raise KeyboardInterrupt
+    assert await _all_gone(pids)
+    with pytest.raises(ray.exceptions.RayActorError):
+        await handles[0].ready.remote()
+    pool.close()  # closing again does nothing
+    assert pool.handles == []
+
+
+async def test_a_run_cancelled_on_a_pool_leaves_it_usable_and_the_resume_loses_nothing(
+    tmp_path: Path, agent_url: str
+) -> None:
+    tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(40)]
+    config = _config(tmp_path / "run", agent_url, tasks)
+    async with RayWorkers(workers=2) as pool:
+        collector = RayCollector(config, workers=pool)
+        run = asyncio.create_task(collector.run())
+        while collector.progress.attempts < 6:
+            await asyncio.sleep(0.01)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        before = _rows(config)
+        assert 6 <= len(before) < 40, "the cancel landed mid-run"
+        summary = await asyncio.wait_for(collect_on_ray(config, workers=pool), 60)
+        rows = _assert_whole(config, 40)
+        assert all(row in rows for row in before), "no row is lost"
+        assert summary.succeeded == 40 - len(before)
+        assert [state["run"] for state in await _states(pool)] == [None, None]
+
+
+async def test_a_worker_killed_between_runs_is_back_for_the_next_run(tmp_path: Path, agent_url: str) -> None:
+    tasks = [{"mode": "ok", "sleep": 0.05} for _ in range(16)]
+    async with RayWorkers(workers=2) as pool:
+        await collect_on_ray(_config(tmp_path / "a", agent_url, tasks), workers=pool)
+        handles = list(pool.handles)
+        before = await _states(pool)
+        ray.kill(pool.handles[0], no_restart=False)  # Ray restarts it, under the same handle
+        assert await _restarted(pool.handles[0], before[0]["pid"])
+        config = _config(tmp_path / "b", agent_url, tasks)
+        summary = await asyncio.wait_for(collect_on_ray(config, workers=pool), 60)
+        assert (summary.succeeded, summary.dispatch_errors) == (16, 0)
+        after = await _states(pool)
+        assert pool.handles == handles
+        assert after[0]["pid"] != before[0]["pid"], "the restarted worker is a new process"
+        assert after[1]["pid"] == before[1]["pid"]
+        assert [state["run"] for state in after] == [None, None], "both ran the run, and closed it"
+
+
+async def test_a_worker_killed_mid_run_on_a_pool_loses_nothing_and_stays_in_the_pool(
+    tmp_path: Path, agent_url: str
+) -> None:
+    tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(24)]
+    async with RayWorkers(workers=2) as pool:
+        before = await _states(pool)
+        config = _config(tmp_path / "a", agent_url, tasks)
+        collector = RayCollector(config, workers=pool)
+        run = asyncio.create_task(collector.run())
+        while collector.progress.attempts < 4:
+            await asyncio.sleep(0.01)
+        ray.kill(pool.handles[0], no_restart=False)
+        summary = await asyncio.wait_for(run, 60)
+        assert summary.succeeded == 24
+        lost = [row for row in _assert_whole(config, 24) if "failure" in row]
+        assert lost, "the kill landed while attempts were in flight"
+        assert all(row["rollout_failure"]["delivery"] == "possibly_delivered" for row in lost)
+        assert await _restarted(pool.handles[0], before[0]["pid"]), "Ray restarted it under the same handle"
+        again = _config(tmp_path / "b", agent_url, tasks[:8])
+        assert (await collect_on_ray(again, workers=pool)).succeeded == 8
+        assert [state["run"] for state in await _states(pool)] == [None, None]
+
+
+async def test_a_worker_killed_just_before_a_run_loses_nothing(tmp_path: Path, agent_url: str) -> None:
+    """`ray.kill` returns before the worker is gone: the run may send it attempts that are lost as it
+    dies (rows `possibly_delivered`, retried), then waits for it to be restarted."""
+    tasks = [{"mode": "ok", "sleep": 0.05} for _ in range(16)]
+    async with RayWorkers(workers=2) as pool:
+        await asyncio.gather(*(worker.ready.remote() for worker in pool.handles))
+        ray.kill(pool.handles[0], no_restart=False)
+        config = _config(tmp_path / "b", agent_url, tasks)
+        summary = await asyncio.wait_for(collect_on_ray(config, workers=pool), 60)
+        assert summary.succeeded == 16
+        for row in _assert_whole(config, 16):
+            if "failure" in row:
+                assert row["failure"]["failure_kind"] == "collection_dispatch_failed"
+                assert (row["final"], row["rollout_failure"]["delivery"]) == (False, "possibly_delivered")
+        assert [state["run"] for state in await _states(pool)] == [None, None]
+
+
+async def _restarted(worker: Any, pid: int) -> bool:
+    """Whether `worker` answers from a process other than `pid` within 20 s."""
+    for _ in range(200):
+        with contextlib.suppress(ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            if (await worker.state.remote())["pid"] != pid:
+                return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def test_two_runs_at_once_on_one_pool_are_refused(tmp_path: Path, agent_url: str) -> None:
+    first = _config(tmp_path / "a", agent_url, [{"mode": "ok", "sleep": 0.3} for _ in range(4)])
+    second = _config(tmp_path / "b", agent_url, [{"mode": "ok"}])
+    async with RayWorkers(workers=1) as pool:
+        running = asyncio.create_task(collect_on_ray(first, workers=pool))
+        await asyncio.sleep(0.05)
+        with pytest.raises(RuntimeError, match="running another collection"):
+            await collect_on_ray(second, workers=pool)
+        assert (await running).succeeded == 4, "the first run went on"
+        assert not second.output_path.exists(), "the refused run touched nothing"
+        assert (await collect_on_ray(second, workers=pool)).succeeded == 1, "after it, the next run goes"
+
+
+async def test_a_pool_not_open_is_refused(tmp_path: Path, agent_url: str) -> None:
+    config = _config(tmp_path / "a", agent_url, [{"mode": "ok"}])
+    pool = RayWorkers(workers=1)
+    with pytest.raises(RuntimeError, match="not open"):
+        await collect_on_ray(config, workers=pool)
+    async with pool:
+        pass
+    with pytest.raises(RuntimeError, match="not open"):
+        await collect_on_ray(config, workers=pool)
+    with pytest.raises(RuntimeError, match="already closed"):
+        pool.start()
+
+
+@pytest.mark.parametrize("workers", [0, -1, True, 1.5])
+def test_a_pool_of_no_workers_is_a_clear_value_error(workers: Any, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="workers must be a whole number of at least 1"):
+        RayWorkers(workers=workers)
+    config = _config(tmp_path, "http://127.0.0.1:1", [{"mode": "ok"}])
+    with pytest.raises(ValueError, match="workers must be a whole number of at least 1"):
+        RayCollector(config, workers=workers)
+
+
+def test_an_address_goes_to_the_pool_not_to_a_run_on_it(tmp_path: Path) -> None:
+    config = _config(tmp_path, "http://127.0.0.1:1", [{"mode": "ok"}])
+    with pytest.raises(ValueError, match="address goes to the RayWorkers pool"):
+        RayCollector(config, workers=RayWorkers(1), address="ray://head:10001")
