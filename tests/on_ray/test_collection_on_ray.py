@@ -227,11 +227,15 @@ async def test_every_worker_gone_ends_the_run_and_a_resume_finishes_it(
 
 
 async def test_workers_ray_cannot_place_end_the_run_with_a_clear_failure(
-    tmp_path: Path, agent_url: str
+    tmp_path: Path, agent_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The session's Ray has two CPUs and each worker asks one: a third never starts. The two that
     start work meanwhile; at the attempt timeout the run sends no more attempts, saves those in
-    flight and ends, and a resume with two workers finishes it."""
+    flight and ends, and a resume with two workers finishes it. (A worker is given at least 60 s to
+    start, whatever the attempt timeout: lowered here to the timeout, to keep the test short.)"""
+    from gym_failures.ray import _collect
+
+    monkeypatch.setattr(_collect, "_MIN_START_S", 0.0)
     # 56 x 0.4 s at 8 in flight is 2.8 s of work: the run cannot end before the 2 s timeout, and two
     # workers start well within it, even on a busy machine (0.1 - 1.2 s here).
     tasks = [{"mode": "ok", "sleep": 0.4} for _ in range(56)]

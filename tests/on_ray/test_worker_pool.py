@@ -7,6 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -271,3 +276,136 @@ def test_an_address_goes_to_the_pool_not_to_a_run_on_it(tmp_path: Path) -> None:
     config = _config(tmp_path, "http://127.0.0.1:1", [{"mode": "ok"}])
     with pytest.raises(ValueError, match="address goes to the RayWorkers pool"):
         RayCollector(config, workers=RayWorkers(1), address="ray://head:10001")
+
+
+# --- a worker out of reach, frozen, or slow to start (review findings) ------------------------
+
+
+class _OutOfReachOnce:
+    """A worker handle whose third exchange reports Ray's `ActorUnavailableError` while the real call
+    goes on in the worker, as a network blip to a live actor on a cluster does (Ray's own text: "the
+    task may or may not have been executed"). One machine cannot make that fault: it is injected
+    here, in front of a real worker."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle, self.calls = handle, 0
+        self.exchange = self
+
+    def remote(self, *args: Any) -> Any:
+        reference = self.handle.exchange.remote(*args)
+        self.calls += 1
+        if self.calls != 3:
+            return reference
+        return self._unavailable()
+
+    async def _unavailable(self) -> Any:
+        await asyncio.sleep(0.05)  # the real call is under way in the worker
+        raise ray.exceptions.ActorUnavailableError("injected: connection reset", None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.handle, name)
+
+
+async def test_rows_of_attempts_already_recorded_as_lost_are_not_taken_twice(
+    tmp_path: Path, agent_url: str
+) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "ok", "sleep": 0.3}] * 12)
+    async with RayWorkers(workers=1) as pool:
+        real = pool.handles
+        pool.handles = [_OutOfReachOnce(real[0])]
+        summary = await RayCollector(config, workers=pool).run()
+        pool.handles = real
+    rows = _assert_whole(config, 12)
+    assert summary.succeeded == 12
+    lost = [row for row in rows if "failure" in row]
+    assert lost, "the attempts held at the blip are recorded as possibly delivered"
+    assert {(row["rollout_failure"] or {}).get("delivery") for row in lost} == {"possibly_delivered"}
+
+
+async def test_a_frozen_worker_is_lost_after_the_attempt_timeout_and_the_other_finishes(
+    tmp_path: Path, agent_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that stops answering without dying (SIGSTOP; a hung node): its exchange has a
+    deadline, its attempts are recorded as possibly delivered, and the other worker finishes the run."""
+    from gym_failures.ray import _collect
+
+    monkeypatch.setattr(_collect, "_EXCHANGE_GRACE_S", 1.0)
+    monkeypatch.setattr(_collect, "_MIN_START_S", 2.0)
+    config = _config(tmp_path, agent_url, [{"mode": "ok", "sleep": 0.1}] * 40, timeout_s=2)
+    async with RayWorkers(workers=2) as pool:
+        frozen = (await _states(pool))[0]["pid"]
+        collecting = asyncio.create_task(RayCollector(config, workers=pool).run())
+        while len(_rows(config)) < 6:
+            await asyncio.sleep(0.02)
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            summary = await asyncio.wait_for(collecting, 60)
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+    rows = _assert_whole(config, 40)
+    assert summary.succeeded == 40
+    reasons = [row["failure"]["failure_reason"] for row in rows if "failure" in row]
+    assert reasons
+    assert all("did not answer within the attempt timeout" in reason for reason in reasons)
+
+
+def test_two_pools_share_the_ray_the_first_started_until_both_close() -> None:
+    """A pool that started Ray does not shut it down under another pool still open on it. A fresh
+    process: this session's Ray is up already, and a pool only shuts down a Ray it started."""
+    code = (
+        "import ray\n"
+        "from gym_failures.ray import RayWorkers\n"
+        "first = RayWorkers(workers=1).start()\n"
+        "second = RayWorkers(workers=1).start()\n"
+        "ray.get(second.handles[0].ready.remote(), timeout=60)\n"
+        "first.close()\n"
+        "assert ray.is_initialized()\n"
+        "assert ray.get(second.handles[0].ready.remote(), timeout=60)\n"
+        "second.close()\n"
+        "assert not ray.is_initialized()\n"
+        "print('ok')\n"
+    )
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("RAY_")}
+    # A short directory of its own: Ray's socket paths must fit in 107 bytes.
+    with tempfile.TemporaryDirectory(prefix="rp", dir="/tmp") as directory:
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**environment, "RAY_TMPDIR": directory},
+        )
+    assert (done.returncode, done.stdout.strip().splitlines()[-1:]) == (0, ["ok"]), done.stderr[-2000:]
+
+
+def test_an_address_ray_cannot_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": 1}\n')
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "gym_failures.cli", "collect", str(tasks)),
+            *("--agent-url", "http://127.0.0.1:9", "--output", str(tmp_path / "out.jsonl")),
+            *("--ray", "not-an-address"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "gym-failures collect: error: --ray: could not join Ray at not-an-address: "
+        "Invalid address format: not-an-address"
+    ]
+
+
+async def test_a_short_attempt_timeout_still_gives_new_workers_time_to_start(
+    tmp_path: Path, agent_url: str
+) -> None:
+    """A worker's start (a new process importing Ray and the collector, 0.5 s or more) is no attempt:
+    an attempt timeout of half a second does not fail the first run on a pool just started."""
+    config = _config(tmp_path, agent_url, [{"mode": "ok"}] * 4, timeout_s=0.5)
+    async with RayWorkers(workers=2) as pool:
+        summary = await collect_on_ray(config, workers=pool)
+    assert summary.succeeded == 4

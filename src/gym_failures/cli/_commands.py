@@ -663,11 +663,14 @@ def _run_collect(arguments: argparse.Namespace) -> int:
         on_progress = running.enter_context(live_collection())
         try:
             if arguments.ray is not None:
-                collect_on_ray = _ray_collector()
+                collect_on_ray, ray_join_error = _ray_collector()
                 running_on_ray = collect_on_ray(
                     config, on_progress, workers=arguments.workers or 2, address=arguments.ray or None
                 )
-                summary = asyncio.run(running_on_ray)
+                try:
+                    summary = asyncio.run(running_on_ray)
+                except ray_join_error as error:  # an address Ray cannot use or reach: nothing ran
+                    raise CommandError(f"--ray: {error}") from None
             else:
                 summary = asyncio.run(run_collection(config, on_progress))
         except NgFailureEvent as failure:
@@ -687,14 +690,15 @@ def _run_collect(arguments: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _ray_collector() -> Any:
+def _ray_collector() -> tuple[Any, type[Exception]]:
+    """`collect_on_ray` and the error it raises when Ray cannot be joined, or the missing extra."""
     try:
-        from gym_failures.ray import collect_on_ray
+        from gym_failures.ray import RayJoinError, collect_on_ray
     except ModuleNotFoundError as error:
         if (error.name or "").partition(".")[0] != "ray":
             raise
         raise CommandError(needs_extra("--ray", "ray", "ray")) from None
-    return collect_on_ray
+    return collect_on_ray, RayJoinError
 
 
 def _any_success(rows: Path) -> bool:

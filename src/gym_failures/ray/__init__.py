@@ -32,9 +32,9 @@ from gym_failures.failure_kinds import CANCELLED, COLLECTION_DISPATCH_FAILED
 from gym_failures.failures import CollectionFailure, NgFailureEvent, exception_type_name, explicit_gym_failure
 
 if TYPE_CHECKING:
-    from gym_failures.ray._collect import RayCollector, RayWorkers, collect_on_ray
+    from gym_failures.ray._collect import RayCollector, RayJoinError, RayWorkers, collect_on_ray
 
-__all__ = ["RayCollector", "RayWorkers", "collect_on_ray", "gym_failure_of"]
+__all__ = ["RayCollector", "RayJoinError", "RayWorkers", "collect_on_ray", "gym_failure_of"]
 
 # Ray wraps a failure once per task it crosses (a task that calls a task that fails): unwrap at most
 # this many layers.
@@ -94,7 +94,7 @@ def _ray_failure(error: BaseException, exceptions: Any) -> CollectionFailure:
     return failure
 
 
-_COLLECT_NAMES = frozenset({"RayCollector", "RayWorkers", "collect_on_ray"})
+_COLLECT_NAMES = frozenset({"RayCollector", "RayJoinError", "RayWorkers", "collect_on_ray"})
 
 
 def __getattr__(name: str) -> Any:

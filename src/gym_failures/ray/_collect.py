@@ -14,26 +14,31 @@ Decisions:
   agent), not final, and retried within the attempt budget, as any other attempt that may have
   been delivered (`replay_possibly_delivered`). Ray restarts the worker (`max_restarts=-1`); Ray
   itself never retries the call (`max_task_retries=0`), so every attempt has exactly one row.
-- A worker not back within the attempt timeout (`timeout_s`), or that Ray will not restart, hands
-  its rollouts to the other workers; when every worker is gone the run ends with a
-  `CollectionFailure` (`collection_dispatch_failed`, `gym-failures collect` exit status 1) and the
-  rollouts left have no final row, for a resume to finish.
+- An exchange that waits longer than the attempt timeout and `_EXCHANGE_GRACE_S` (a worker holding
+  attempts answers within the attempt timeout) counts its worker as lost: a frozen process or a
+  hung node never holds the run. A worker Ray reports out of reach (`ActorUnavailableError`) counts
+  as lost too; the rows its attempts still make are dropped, as those attempts have rows already.
+- A worker not back within the attempt timeout (and at least `_MIN_START_S`, a new process's start),
+  or that Ray will not restart, hands its rollouts to the other workers; when every worker is gone
+  the run ends with a `CollectionFailure` (`collection_dispatch_failed`, `gym-failures collect`
+  exit status 1) and the rollouts left have no final row, for a resume to finish.
 - A driver killed mid-run leaves no row for the attempts in flight; its workers die with it (Ray ends
   an owner's actors), and the resume dispatches those attempts again, as after a local kill.
 - The driver joins the Ray this process already runs, else `ray.init(address)` (no address: Ray's
   own rule, `RAY_ADDRESS` or the cluster last started on this machine, else a new local Ray), and
-  then calls `ray.shutdown` when the run ends, cancelled or not: a local Ray it started is stopped,
-  a cluster is only disconnected from. The workers it started are always ended.
+  then calls `ray.shutdown` when the last pool or run using the Ray it started ends, cancelled or
+  not: a local Ray it started is stopped, a cluster is only disconnected from. The workers it
+  started are always ended. An address Ray cannot use or reach is a `RayJoinError`.
 - The workers are asked for first, before the driver reads the tasks and the manifest, and each is
   fed from the moment it is up, not once all are: a worker's start (a Python process that imports
   Ray, pydantic, aiohttp and the collector) is most of what a short run pays for Ray. The run's id
   travels with each exchange, as the workers start before the driver has read the manifest.
 - Workers ask one CPU each, and are spread over the cluster's nodes (`SPREAD`). When a worker is not
-  up within the attempt timeout (no CPU free for it) while rollouts are open, the run sends no more
-  attempts, saves the rows of those in flight on the workers that did start, and ends with a
-  `CollectionFailure` (`collection_dispatch_failed`) that says how many workers did not start; the
-  next `collect`, with fewer workers, resumes it. A run whose rollouts are all final first just ends
-  the workers that never started.
+  up within the attempt timeout and at least `_MIN_START_S` (no CPU free for it) while rollouts are
+  open, the run sends no more attempts, saves the rows of those in flight on the workers that did
+  start, and ends with a `CollectionFailure` (`collection_dispatch_failed`) that says how many
+  workers did not start; the next `collect`, with fewer workers, resumes it. A run whose rollouts
+  are all final first just ends the workers that never started.
 - The workers need `gym-failures[aiohttp]` installed where they run (the cluster's image); no
   runtime environment is shipped.
 - Workers live for one run (a number of workers: the run makes its own `RayWorkers` and closes it),
@@ -64,11 +69,32 @@ from gym_failures.collection._run import AttemptDispatcher, AttemptRow, Collecto
 from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED
 from gym_failures.failures import CollectionFailure, exception_type_name
 from gym_failures.ray import gym_failure_of
+from gym_failures.redaction import redact
 from gym_failures.rows import rollout_id
 from gym_failures.telemetry import CollectionProgress
 
 _Work = tuple[int, PendingRollout, int]
 """An attempt sent to a worker: its ticket (unique in the run), the rollout, the attempt number."""
+
+_MIN_START_S = 60.0
+"""A worker is given at least this long to start (a new Python process that imports Ray, pydantic,
+aiohttp and the collector; longer on a busy node), whatever the attempt timeout."""
+
+_EXCHANGE_GRACE_S = 30.0
+"""Beyond the attempt timeout, how long an exchange may take before its worker counts as lost: a
+worker holding attempts answers within the attempt timeout, as each attempt is bounded by it."""
+
+
+class RayJoinError(RuntimeError):
+    """Ray could not be joined or started (`ray.init` refused the address, or could not reach it)."""
+
+
+class _SharedRay:
+    """The Ray this module started, shut down when the last pool using it closes: a pool that joined
+    it must not lose it to another's `close`."""
+
+    users = 0
+    started_here = False
 
 
 class _WorkerRun:
@@ -192,6 +218,7 @@ class RayWorkers:
         """The workers' actor handles while the pool is open (Ray restarts a lost one under the same
         handle); empty before `start` and after `close`."""
         self._started_ray = False
+        """Whether this pool holds the Ray this module started (`_SharedRay`)."""
         self._state = "new"
         self._running: str | None = None
         """The key of the run going on, if any."""
@@ -205,7 +232,10 @@ class RayWorkers:
             # `ray.shutdown` ends what `ray.init` started here (a local Ray), and only disconnects
             # from a cluster that was already up: a Ray this process already ran is left as it was.
             if not ray.is_initialized():
-                ray.init(address=self.address, log_to_driver=False, include_dashboard=False)
+                _init_ray(self.address)
+                _SharedRay.started_here = True
+            if _SharedRay.started_here:
+                _SharedRay.users += 1
                 self._started_ray = True
             actor = ray.remote(_AttemptWorker).options(
                 num_cpus=1,
@@ -232,7 +262,10 @@ class RayWorkers:
                 ray.kill(worker)
         if self._started_ray:
             self._started_ray = False
-            ray.shutdown()
+            _SharedRay.users -= 1
+            if _SharedRay.users == 0:
+                _SharedRay.started_here = False
+                ray.shutdown()
 
     async def __aenter__(self) -> RayWorkers:
         return self.start()
@@ -259,6 +292,17 @@ class RayWorkers:
             yield list(self.handles)
         finally:
             self._running = None
+
+
+def _init_ray(address: str | None) -> None:
+    """`ray.init(address)`, or `RayJoinError` naming what Ray said in one line (an address it cannot
+    parse, a Ray Client address without `ray[client]`, a cluster it cannot reach)."""
+    try:
+        ray.init(address=address, log_to_driver=False, include_dashboard=False)
+    except Exception as error:  # Ray raises ValueError, RuntimeError, ConnectionError and its own
+        said = redact(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
+        where = f" at {redact(address)}" if address else ""
+        raise RayJoinError(f"could not join Ray{where}: {said}") from error
 
 
 class RayCollector(Collector):
@@ -344,9 +388,10 @@ class RayCollector(Collector):
                 failure_kind=COLLECTION_DISPATCH_FAILED,
                 failure_reason=(
                     f"{not_started} of {len(self.workers)} Ray workers did not start within "
-                    f"{self.config.timeout_s:g} s (each asks for one CPU; the cluster has "
+                    f"{self._start_timeout():g} s (each asks for one CPU; the cluster has "
                     f"{_cluster_cpus():g}); {self._open} rollout(s) have no final outcome yet: collect "
-                    "again with fewer workers to resume them"
+                    f"again with {'a smaller pool' if self.pool is not None else 'fewer workers'} "
+                    "to resume them"
                 ),
             )
         if self._open:
@@ -362,12 +407,15 @@ class RayCollector(Collector):
         """How many workers did not start within the attempt timeout; when some did not and rollouts
         are open, the run stops: a worker Ray cannot place (no CPU free for it) would otherwise hold
         the run forever without a word. The workers that did start go on meanwhile."""
-        _, waiting = await asyncio.wait(up, timeout=self.config.timeout_s)
+        _, waiting = await asyncio.wait(up, timeout=self._start_timeout())
         if waiting:
             async with self._changed:
                 self._stopping = True
                 self._changed.notify_all()
         return len(waiting)
+
+    def _start_timeout(self) -> float:
+        return max(self.config.timeout_s, _MIN_START_S)
 
     async def _came_up(self, started: asyncio.Future[Any]) -> bool:
         """Wait until the worker answers (True), or the run no longer needs it (False)."""
@@ -420,9 +468,12 @@ class RayCollector(Collector):
             sent.update((ticket, (rollout, attempt)) for ticket, rollout, attempt in work)
             gone: BaseException | None = None
             try:
-                token, done = await worker.exchange.remote(self._key, self.config, self.run_id, work)
-            except ray.exceptions.RayError as error:
-                # The worker was lost: every attempt it held may have reached the agent.
+                token, done = await asyncio.wait_for(
+                    worker.exchange.remote(self._key, self.config, self.run_id, work),
+                    self.config.timeout_s + _EXCHANGE_GRACE_S,
+                )
+            except (ray.exceptions.RayError, TimeoutError) as error:
+                # The worker was lost, or froze: every attempt it held may have reached the agent.
                 gone, incarnation = error, None
                 done = [
                     (ticket, lost.failure_row(rollout, attempt, _lost(error, rollout, attempt)))
@@ -435,6 +486,10 @@ class RayCollector(Collector):
                 incarnation = token
             finished = 0
             for ticket, outcome in done:
+                if ticket not in sent:
+                    # Recorded already, as lost: the worker was only out of reach (Ray's
+                    # `ActorUnavailableError` while it ran on), and its attempt finished after all.
+                    continue
                 rollout, attempt = sent.pop(ticket)
                 if self.record(outcome, successes, failures):
                     retries.append((rollout, attempt + 1))
@@ -453,9 +508,10 @@ class RayCollector(Collector):
                 return
 
     async def _restarted(self, worker: Any) -> bool:
-        """Whether a lost worker is back (Ray restarts it) within the attempt timeout."""
+        """Whether a lost worker is back (Ray restarts it: a new process) within the time a worker
+        is given to start."""
         try:
-            await asyncio.wait_for(_answered(worker), self.config.timeout_s)
+            await asyncio.wait_for(_answered(worker), self._start_timeout())
         except (ray.exceptions.RayError, TimeoutError):
             return False
         return True
@@ -521,12 +577,20 @@ def _restarted_row(lost: AttemptDispatcher, rollout: PendingRollout, attempt: in
 
 
 def _lost(error: BaseException, rollout: PendingRollout, attempt: int) -> CollectionFailure:
+    key = rollout_id(rollout.task_index, rollout.rollout_index)
+    if isinstance(error, TimeoutError):
+        return CollectionFailure(
+            failure_kind=COLLECTION_DISPATCH_FAILED,
+            failure_reason=(
+                f"attempt {attempt} of {key}: its Ray worker did not answer within the attempt timeout "
+                f"and {_EXCHANGE_GRACE_S:g} s more (frozen, or starved of CPU); it may have run"
+            ),
+        )
     failure = gym_failure_of(error)
     if isinstance(failure, CollectionFailure):
         return failure
     # A Gym failure raised out of a worker: the dispatcher records failed attempts as rows, so this
     # is a fault of the worker itself.
-    key = rollout_id(rollout.task_index, rollout.rollout_index)
     lost = CollectionFailure(
         failure_kind=COLLECTION_DISPATCH_FAILED,
         failure_reason=f"attempt {attempt} of {key}: the Ray worker failed ({type(error).__name__})",
