@@ -11,17 +11,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
 
-from gym_failures.collection import CollectionConfig, RowWriter, collect, read_rows
+from gym_failures.collection import CollectionConfig, RowWriter, collect
 from gym_failures.collection._run import AttemptRow
 from gym_failures.failures import CollectionFailure
 from gym_failures.ray import RayCollector, collect_on_ray
+from tests.on_ray.saved import assert_whole, plan_of, rows_of
 
 pytestmark = pytest.mark.usefixtures("ray_address")
 
@@ -42,47 +42,13 @@ def _config(directory: Path, agent_url: str, tasks: list[dict[str, Any]], **opti
     )
 
 
-def _rows(config: CollectionConfig) -> list[dict[str, Any]]:
-    return list(read_rows(config.output_path)) + list(read_rows(config.failures_path))
-
-
-def _plan(rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
-    """Each row's rollout, attempt and outcome: what two runs of the same plan agree on."""
-    return {
-        (
-            row["rollout_id"],
-            row["attempt"],
-            (row.get("failure") or {}).get("failure_kind"),
-            row.get("final"),
-            row.get("final_reason"),
-            (row.get("rollout_failure") or {}).get("delivery"),
-        )
-        for row in rows
-    }
-
-
-def _assert_whole(config: CollectionConfig, rollouts: int) -> list[dict[str, Any]]:
-    """Every rollout has one final outcome, its attempts numbered 1..n, none saved twice."""
-    rows = _rows(config)
-    keys = [(row["rollout_id"], row["attempt"]) for row in rows]
-    assert len(keys) == len(set(keys)), "no attempt is saved twice"
-    finals = Counter(row["rollout_id"] for row in rows if "failure" not in row or row["final"])
-    assert len(finals) == rollouts
-    assert set(finals.values()) == {1}, "exactly one final outcome each"
-    attempts: dict[str, list[int]] = {}
-    for rollout, attempt in keys:
-        attempts.setdefault(rollout, []).append(attempt)
-    assert all(sorted(numbers) == list(range(1, len(numbers) + 1)) for numbers in attempts.values())
-    return rows
-
-
 async def test_a_ray_run_saves_the_rows_a_local_run_saves(tmp_path: Path, agent_url: str) -> None:
     tasks = [{"mode": MODES[index % len(MODES)]} for index in range(21)]
     local = _config(tmp_path / "local", agent_url, tasks)
     on_ray = _config(tmp_path / "ray", agent_url, tasks)
     local_summary = await collect(local)
     ray_summary = await collect_on_ray(on_ray, workers=2)
-    assert _plan(_rows(on_ray)) == _plan(_rows(local))
+    assert plan_of(rows_of(on_ray)) == plan_of(rows_of(local))
     assert ray_summary.attempts == local_summary.attempts
     assert (ray_summary.succeeded, ray_summary.failed_final) == (
         local_summary.succeeded,
@@ -144,7 +110,7 @@ async def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path, agent_url: 
     killer = asyncio.create_task(kill_a_worker())
     summary = await collector.run()
     await killer
-    rows = _assert_whole(config, 24)
+    rows = assert_whole(config, 24)
     lost = [
         row for row in rows if (row.get("failure") or {}).get("failure_kind") == "collection_dispatch_failed"
     ]
@@ -176,7 +142,7 @@ async def test_a_worker_restarted_between_exchanges_loses_nothing(tmp_path: Path
     collector = _KillsBetweenExchanges(config, workers=2)
     summary = await asyncio.wait_for(collector.run(), 60)
     assert collector.killed
-    _assert_whole(config, 24)
+    assert_whole(config, 24)
     assert summary.succeeded == 24
     assert summary.dispatch_errors >= 1, "the attempts the first worker held were recorded as lost"
 
@@ -196,7 +162,7 @@ async def test_a_worker_gone_for_good_hands_its_rollouts_to_the_others(
     killer = asyncio.create_task(end_a_worker())
     summary = await collector.run()
     await killer
-    _assert_whole(config, 24)
+    assert_whole(config, 24)
     assert summary.dispatch_errors >= 1
     assert summary.succeeded == 24
 
@@ -219,10 +185,10 @@ async def test_every_worker_gone_ends_the_run_and_a_resume_finishes_it(
         await collector.run()
     await killer
     assert ended.value.failure_kind == "collection_dispatch_failed"
-    before = _rows(config)
+    before = rows_of(config)
     assert len(before) < 24 + 2 * 5, "the run ended early"
     await collect(config)
-    rows = _assert_whole(config, 24)
+    rows = assert_whole(config, 24)
     assert all(row in rows for row in before), "no row is lost"
 
 
@@ -244,11 +210,11 @@ async def test_workers_ray_cannot_place_end_the_run_with_a_clear_failure(
         await collect_on_ray(config, workers=3)
     assert ended.value.failure_kind == "collection_dispatch_failed"
     assert "collect again with fewer workers" in ended.value.failure_reason
-    before = _rows(config)
+    before = rows_of(config)
     assert 0 < len(before) < 56, "the started workers worked until the timeout, and the run then ended"
     assert all("failure" not in row for row in before), "the attempts in flight were saved, not cut off"
     assert (await collect_on_ray(config, workers=2)).succeeded == 56 - len(before), "the workers were ended"
-    rows = _assert_whole(config, 56)
+    rows = assert_whole(config, 56)
     assert all(row in rows for row in before)
 
 
@@ -284,7 +250,7 @@ async def test_a_driver_killed_mid_run_resumes_elsewhere_without_loss_or_duplica
     process = subprocess.Popen([sys.executable, "-c", _RAY_SCRIPT, *arguments], cwd=ROOT)
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(_rows(config)) < 25:
+        while time.monotonic() < deadline and len(rows_of(config)) < 25:
             await asyncio.sleep(0.02)
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
@@ -292,13 +258,13 @@ async def test_a_driver_killed_mid_run_resumes_elsewhere_without_loss_or_duplica
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
-    before = _rows(config)
+    before = rows_of(config)
     assert 25 <= len(before) < 100, "the kill must land mid-run"
     if resumed == "ray":
         await collect_on_ray(config, workers=2)
     else:
         await collect(config)
-    rows = _assert_whole(config, 60)
+    rows = assert_whole(config, 60)
     assert all(row in rows for row in before), "no row is lost"
 
 
@@ -356,11 +322,11 @@ def test_ctrl_c_stops_the_workers_and_the_local_ray_the_run_started(tmp_path: Pa
     started: set[int] = set()
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(_rows(config)) < 4:
+        while time.monotonic() < deadline and len(rows_of(config)) < 4:
             started |= _descendants(process.pid)
             time.sleep(0.05)
         started |= _descendants(process.pid)
-        assert len(_rows(config)) >= 4, "the run got going"
+        assert len(rows_of(config)) >= 4, "the run got going"
         # As a terminal's Ctrl-C does: SIGINT to the whole foreground process group.
         os.killpg(process.pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
@@ -375,7 +341,7 @@ def test_ctrl_c_stops_the_workers_and_the_local_ray_the_run_started(tmp_path: Pa
     while time.monotonic() < deadline and any(_alive(pid) for pid in started):
         time.sleep(0.1)
     assert [pid for pid in started if _alive(pid)] == []
-    assert len(_rows(config)) < 200, "the run stopped early"
+    assert len(rows_of(config)) < 200, "the run stopped early"
 
 
 async def test_the_agent_urls_credentials_never_reach_a_row_from_a_ray_worker(

@@ -12,15 +12,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
 
-from gym_failures.collection import CollectionConfig, collect, read_rows
+from gym_failures.collection import CollectionConfig, collect
 from gym_failures.ray import RayCollector, RayWorkers, collect_on_ray
+from tests.on_ray.saved import assert_whole, plan_of, rows_of
 
 pytestmark = pytest.mark.usefixtures("ray_address")
 
@@ -37,35 +37,6 @@ def _config(directory: Path, agent_url: str, tasks: list[dict[str, Any]], **opti
         agent_url=agent_url,
         **{"concurrency": 4, "max_attempts": 3, **options},
     )
-
-
-def _rows(config: CollectionConfig) -> list[dict[str, Any]]:
-    return list(read_rows(config.output_path)) + list(read_rows(config.failures_path))
-
-
-def _plan(rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
-    """Each row's rollout, attempt and outcome: what two runs of the same plan agree on."""
-    return {
-        (
-            row["rollout_id"],
-            row["attempt"],
-            (row.get("failure") or {}).get("failure_kind"),
-            row.get("final"),
-            (row.get("rollout_failure") or {}).get("delivery"),
-        )
-        for row in rows
-    }
-
-
-def _assert_whole(config: CollectionConfig, rollouts: int) -> list[dict[str, Any]]:
-    """Every rollout has one final outcome, its attempts numbered 1..n, none saved twice."""
-    rows = _rows(config)
-    keys = [(row["rollout_id"], row["attempt"]) for row in rows]
-    assert len(keys) == len(set(keys)), "no attempt is saved twice"
-    finals = Counter(row["rollout_id"] for row in rows if "failure" not in row or row["final"])
-    assert len(finals) == rollouts
-    assert set(finals.values()) == {1}, "exactly one final outcome each"
-    return rows
 
 
 async def _states(pool: RayWorkers) -> list[dict[str, Any]]:
@@ -117,7 +88,7 @@ async def test_successive_runs_on_one_pool_save_the_rows_a_local_run_saves(
             local = _config(tmp_path / f"local{index}", url, tasks, **options)
             pooled_summary = await collect_on_ray(on_pool, workers=pool)
             local_summary = await collect(local)
-            assert _plan(_rows(on_pool)) == _plan(_rows(local))
+            assert plan_of(rows_of(on_pool)) == plan_of(rows_of(local))
             assert (pooled_summary.attempts, pooled_summary.succeeded) == (
                 local_summary.attempts,
                 local_summary.succeeded,
@@ -160,10 +131,10 @@ async def test_a_run_cancelled_on_a_pool_leaves_it_usable_and_the_resume_loses_n
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await run
-        before = _rows(config)
+        before = rows_of(config)
         assert 6 <= len(before) < 40, "the cancel landed mid-run"
         summary = await asyncio.wait_for(collect_on_ray(config, workers=pool), 60)
-        rows = _assert_whole(config, 40)
+        rows = assert_whole(config, 40)
         assert all(row in rows for row in before), "no row is lost"
         assert summary.succeeded == 40 - len(before)
         assert [state["run"] for state in await _states(pool)] == [None, None]
@@ -201,7 +172,7 @@ async def test_a_worker_killed_mid_run_on_a_pool_loses_nothing_and_stays_in_the_
         ray.kill(pool.handles[0], no_restart=False)
         summary = await asyncio.wait_for(run, 60)
         assert summary.succeeded == 24
-        lost = [row for row in _assert_whole(config, 24) if "failure" in row]
+        lost = [row for row in assert_whole(config, 24) if "failure" in row]
         assert lost, "the kill landed while attempts were in flight"
         assert all(row["rollout_failure"]["delivery"] == "possibly_delivered" for row in lost)
         assert await _restarted(pool.handles[0], before[0]["pid"]), "Ray restarted it under the same handle"
@@ -220,7 +191,7 @@ async def test_a_worker_killed_just_before_a_run_loses_nothing(tmp_path: Path, a
         config = _config(tmp_path / "b", agent_url, tasks)
         summary = await asyncio.wait_for(collect_on_ray(config, workers=pool), 60)
         assert summary.succeeded == 16
-        for row in _assert_whole(config, 16):
+        for row in assert_whole(config, 16):
             if "failure" in row:
                 assert row["failure"]["failure_kind"] == "collection_dispatch_failed"
                 assert (row["final"], row["rollout_failure"]["delivery"]) == (False, "possibly_delivered")
@@ -315,7 +286,7 @@ async def test_rows_of_attempts_already_recorded_as_lost_are_not_taken_twice(
         pool.handles = [_OutOfReachOnce(real[0])]
         summary = await RayCollector(config, workers=pool).run()
         pool.handles = real
-    rows = _assert_whole(config, 12)
+    rows = assert_whole(config, 12)
     assert summary.succeeded == 12
     lost = [row for row in rows if "failure" in row]
     assert lost, "the attempts held at the blip are recorded as possibly delivered"
@@ -335,14 +306,14 @@ async def test_a_frozen_worker_is_lost_after_the_attempt_timeout_and_the_other_f
     async with RayWorkers(workers=2) as pool:
         frozen = (await _states(pool))[0]["pid"]
         collecting = asyncio.create_task(RayCollector(config, workers=pool).run())
-        while len(_rows(config)) < 6:
+        while len(rows_of(config)) < 6:
             await asyncio.sleep(0.02)
         os.kill(frozen, signal.SIGSTOP)
         try:
             summary = await asyncio.wait_for(collecting, 60)
         finally:
             os.kill(frozen, signal.SIGCONT)
-    rows = _assert_whole(config, 40)
+    rows = assert_whole(config, 40)
     assert summary.succeeded == 40
     reasons = [row["failure"]["failure_reason"] for row in rows if "failure" in row]
     assert reasons
