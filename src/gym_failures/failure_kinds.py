@@ -23,7 +23,9 @@ does. The precedence of ``classify_failure`` is:
 4. the kind's own class (``by_failure_kind``);
 5. ``default_class`` (``UNKNOWN``).
 
-This module imports pydantic and the standard library only.
+This module imports the standard library only. Its two configuration models are pydantic models,
+defined in `gym_failures._classification_config` and loaded the first time one is asked for, so a
+reader that classifies with the defaults (`gym-failures gate`) never defines a pydantic model.
 """
 
 from __future__ import annotations
