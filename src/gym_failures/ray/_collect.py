@@ -404,7 +404,7 @@ class RayCollector(Collector):
             )
 
     async def _placed(self, up: list[asyncio.Future[Any]]) -> int:
-        """How many workers did not start within the attempt timeout; when some did not and rollouts
+        """How many workers did not start in time (`_start_timeout`); when some did not and rollouts
         are open, the run stops: a worker Ray cannot place (no CPU free for it) would otherwise hold
         the run forever without a word. The workers that did start go on meanwhile."""
         _, waiting = await asyncio.wait(up, timeout=self._start_timeout())
