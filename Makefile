@@ -7,7 +7,16 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: test lint typecheck unit docs chromium bench fuzz demo clean
+.PHONY: test lint typecheck unit docs chromium nemo-gym bench fuzz demo clean
+
+# The real NeMo Gym 0.7.0, a test peer: its collector, resume, aggregation, record models and server
+# classes run in their own Python 3.13 venv (0.7.0 asks for Python >= 3.13.14; pyenv's 3.13 runs it,
+# hence --ignore-requires-python). Its requirements file pins what its modules import, as one working
+# install resolved them; --no-deps keeps pip from chasing what 0.7.0 lists but never imports (mlflow).
+# gym-failures goes in beside it, editable, for the tests whose NeMo Gym servers run our middleware.
+PY313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) $(shell command -v python3.13 2>/dev/null))
+NG_VENV := .venv-nemo-gym
+NG_STAMP := $(NG_VENV)/.installed
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +25,16 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
 	touch $(STAMP)
+
+$(NG_STAMP): tests/nemo_gym_peer/requirements.txt pyproject.toml
+	@test -n "$(PY313)" || (echo "Python 3.13 is missing: NeMo Gym 0.7.0 needs it (pyenv install 3.13, or make PY313=/path/to/python3.13)" >&2; exit 1)
+	$(PY313) -m venv $(NG_VENV)
+	$(NG_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --ignore-requires-python nemo-gym==0.7.0
+	$(NG_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r tests/nemo_gym_peer/requirements.txt
+	$(NG_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $(NG_STAMP)
+
+nemo-gym: $(NG_STAMP)
 
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[demo]'
@@ -35,7 +54,7 @@ chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 	  || (echo "chromium is missing and could not be installed (apt-get install chromium)" >&2; exit 1)
 
-unit: $(STAMP) chromium
+unit: $(STAMP) $(NG_STAMP) chromium
 	$(BIN)/pytest
 
 # The API reference site, built from the docstrings; --strict fails on any broken reference.
@@ -58,4 +77,4 @@ demo: $(DEMO_STAMP)
 	$(BIN)/gym-failures demo
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(NG_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
