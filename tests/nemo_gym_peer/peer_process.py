@@ -20,7 +20,9 @@ class PeerFailed(AssertionError):
     """A peer script exited non-zero: its stderr's tail says why."""
 
 
-def run_peer(script: str, *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600) -> Any:
+def run_peer(
+    script: str, *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600
+) -> Any:
     """Run `peer/<script>.py ARGS` in NeMo Gym's venv, in `cwd`; return the JSON it wrote as its result.
 
     A peer script writes its result to the file named by `GF_PEER_RESULT` (NeMo Gym prints progress
@@ -50,7 +52,8 @@ def run_peer(script: str, *args: str, cwd: Path, env: dict[str, str] | None = No
     )
     if completed.returncode != 0:
         raise PeerFailed(
-            f"peer {script} exited {completed.returncode}:\n{completed.stderr[-4000:]}\n{completed.stdout[-2000:]}"
+            f"peer {script} exited {completed.returncode}:\n"
+            f"{completed.stderr[-4000:]}\n{completed.stdout[-2000:]}"
         )
     if not result.exists():
         return None
