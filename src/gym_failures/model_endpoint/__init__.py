@@ -37,29 +37,61 @@ and judge (`respond`) and the demo's seeded fault draws (`choose_fault`).
 """
 
 from gym_failures.model_endpoint._apis import Message, ModelCall, ToolCall, Turn
-from gym_failures.model_endpoint._app import MAX_BODY_BYTES, ModelEndpoint, echo_responder, quota_reset
+from gym_failures.model_endpoint._app import (
+    EVENT_HEADER,
+    INJECTED_HEADER,
+    MAX_BODY_BYTES,
+    ModelEndpoint,
+    echo_responder,
+    quota_reset,
+)
 from gym_failures.model_endpoint._faults import (
     FAULT_HEADER,
     FAULTS,
     Fault,
     ModelEndpointPlan,
+    Scenario,
     load_plan,
     parse_fault_header,
 )
+from gym_failures.model_endpoint._journal import Attempt, Journal
+from gym_failures.model_endpoint._quota import Quota
+from gym_failures.model_endpoint._verdict import (
+    FINDINGS,
+    ClientRecord,
+    Finding,
+    Verdict,
+    client_record,
+    judge,
+    verdict_document,
+)
 
 __all__ = [
+    "EVENT_HEADER",
     "FAULTS",
     "FAULT_HEADER",
+    "FINDINGS",
+    "INJECTED_HEADER",
     "MAX_BODY_BYTES",
+    "Attempt",
+    "ClientRecord",
     "Fault",
+    "Finding",
+    "Journal",
     "Message",
     "ModelCall",
     "ModelEndpoint",
     "ModelEndpointPlan",
+    "Quota",
+    "Scenario",
     "ToolCall",
     "Turn",
+    "Verdict",
+    "client_record",
     "echo_responder",
+    "judge",
     "load_plan",
     "parse_fault_header",
     "quota_reset",
+    "verdict_document",
 ]

@@ -1,0 +1,294 @@
+"""The recovery verdict: what a client did after each fault the endpoint injected, from the journal of
+every attempt and, where the client runs gym-failures, from its own record of the failures it saw.
+
+Findings (`FINDINGS`), each naming the requests, attempts and event ids behind it:
+
+    retry_after_ignored     failure  a retry came sooner than the Retry-After the failure asked for
+    retried_non_retryable   failure  a request refused for what it is (400, 401, 403, 404, 413, 422, a
+                                     context window) was sent again unchanged
+    retry_storm             failure  one request was attempted more than `storm_attempts` times
+    cut_stream_accepted     failure  a stream cut before its terminal event went unnoticed
+    failed_stream_accepted  failure  a stream that ended in its failure event went unnoticed
+    no_backoff              warning  a retry after a failure without Retry-After came at once (under
+                                     `NO_BACKOFF_S`)
+    gave_up                 warning  a request's last attempt failed with a failure a retry can recover
+                                     from, and no retry followed
+
+When the client's record is given (`client_event_ids`: a `RequestFailureLog` that `observe_attempts`
+filled, a `FailureReport`, a collector's rows, failures, or event ids), a cut or failed stream counts
+as noticed only if its event id is in that record: the endpoint names the event of every fault in its
+reply (`X-Gym-Fault-Event`), and `observe_attempts` reports a cut under that id. Without a record (or
+when the record was cut short, `omitted`), a cut or failed stream counts as noticed when the request
+was attempted again, and the finding says it was guessed from the server's side.
+
+Decisions:
+- Waits are measured on the server, from the moment the failed reply was sent to the next attempt's
+  arrival. A client that waited W seconds after reading the reply arrives at least W later, so the
+  check has only `CLOCK_SLACK_S` of slack and never depends on the machine's speed: a slow machine
+  makes gaps longer, never shorter.
+- Retryable: 408, 409, 429 and every 5xx (the official SDKs' rule), a dropped connection, a cut or
+  failed stream. Every other 4xx is non-retryable.
+- `retry_storm` is counted per request (attempts of the same body), default more than 10: the SDKs
+  default to 2 retries, and a client past 10 is retrying without a bound.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gym_failures.model_endpoint._journal import Attempt
+
+__all__ = [
+    "CLOCK_SLACK_S",
+    "FINDINGS",
+    "NO_BACKOFF_S",
+    "STORM_ATTEMPTS",
+    "ClientRecord",
+    "Finding",
+    "Verdict",
+    "client_record",
+    "judge",
+]
+
+Severity = Literal["failure", "warning"]
+
+FINDINGS: Mapping[str, Severity] = {
+    "retry_after_ignored": "failure",
+    "retried_non_retryable": "failure",
+    "retry_storm": "failure",
+    "cut_stream_accepted": "failure",
+    "failed_stream_accepted": "failure",
+    "no_backoff": "warning",
+    "gave_up": "warning",
+}
+"""Every finding, with its severity: a `failure` fails the verdict, a `warning` does not."""
+
+CLOCK_SLACK_S = 0.005
+NO_BACKOFF_S = 0.05
+STORM_ATTEMPTS = 10
+
+_BREAKS = ("dropped", "cut", "failed_stream", "malformed")
+
+
+class Finding(BaseModel):
+    """One thing the client did wrong (or questionably) after a fault."""
+
+    model_config = ConfigDict(frozen=True)
+
+    finding: str
+    severity: Severity
+    message: str
+    requests: list[str] = Field(default_factory=list)
+    attempts: list[int] = Field(default_factory=list)
+    event_ids: list[str] = Field(default_factory=list)
+
+
+class Verdict(BaseModel):
+    """The verdict on a client's recovery: `passed` when no finding is a failure."""
+
+    model_config = ConfigDict(frozen=True)
+
+    passed: bool
+    attempts: int
+    requests: int
+    faults: dict[str, int] = Field(default_factory=dict)
+    """How many attempts got each fault."""
+    client_record: bool
+    """Whether the client's own record of the failures it saw was used."""
+    findings: list[Finding] = Field(default_factory=list)
+
+    @property
+    def failures(self) -> list[Finding]:
+        return [finding for finding in self.findings if finding.severity == "failure"]
+
+    def text(self) -> str:
+        """The verdict as a person reads it: one line, then one line per finding."""
+        faults = ", ".join(f"{name} x{count}" for name, count in sorted(self.faults.items())) or "no fault"
+        basis = "the client's record and the journal" if self.client_record else "the server's journal"
+        head = "recovered" if self.passed else "NOT recovered"
+        lines = [f"{head}: {self.attempts} attempts of {self.requests} requests ({faults}); from {basis}"]
+        for finding in self.findings:
+            ids = f" [events {', '.join(finding.event_ids)}]" if finding.event_ids else ""
+            lines.append(f"  {finding.severity}: {finding.finding}: {finding.message}{ids}")
+        return "\n".join(lines)
+
+
+class ClientRecord(BaseModel):
+    """The event ids a client's own record holds, and whether that record was cut short."""
+
+    model_config = ConfigDict(frozen=True)
+
+    event_ids: frozenset[str] = frozenset()
+    omitted: bool = False
+
+
+def client_record(*sources: object) -> ClientRecord:
+    """The client's record from `sources`: `RequestFailureLog`s, `FailureReport`s, failures (with
+    their causes), rows (mappings holding a saved report), event ids, or iterables of these."""
+    from gym_failures.failure_records import FailureReport
+    from gym_failures.failure_transport import FailureReportRow, RequestFailureLog
+    from gym_failures.failures import NgFailureEvent
+
+    ids: set[str] = set()
+    omitted = False
+
+    def add(source: object, depth: int) -> None:
+        nonlocal omitted
+        if isinstance(source, RequestFailureLog):
+            source = source.report
+        if isinstance(source, NgFailureEvent):
+            source = source.failure_report()
+        if isinstance(source, FailureReport):
+            ids.update(source.events)
+            omitted = omitted or source.omitted
+        elif isinstance(source, str):
+            ids.add(source)
+        elif isinstance(source, Mapping):
+            add(FailureReportRow.report(source), depth)
+        elif isinstance(source, Iterable) and depth < 4:
+            for item in source:
+                add(item, depth + 1)
+        elif source is not None:
+            raise TypeError(f"not a client record: {type(source).__name__}")
+
+    for source in sources:
+        add(source, 0)
+    return ClientRecord(event_ids=frozenset(ids), omitted=omitted)
+
+
+def _retryable(attempt: Attempt) -> bool:
+    if attempt.outcome in _BREAKS:
+        return True
+    status = attempt.status
+    return status >= 500 or status in (408, 409, 429)
+
+
+def _failed(attempt: Attempt) -> bool:
+    return attempt.outcome != "ok" or attempt.status >= 400
+
+
+def _finding(name: str, message: str, attempts: Sequence[Attempt]) -> Finding:
+    return Finding(
+        finding=name,
+        severity=FINDINGS[name],
+        message=message,
+        requests=sorted({a.request for a in attempts}),
+        attempts=[a.index for a in attempts],
+        event_ids=[a.event_id for a in attempts if a.event_id is not None],
+    )
+
+
+def judge(
+    attempts: Iterable[Attempt],
+    client: ClientRecord | None = None,
+    *,
+    storm_attempts: int = STORM_ATTEMPTS,
+) -> Verdict:
+    """The verdict on the attempts of a journal, with the client's record when there is one."""
+    served = sorted(attempts, key=lambda a: (a.started_s, a.index))
+    requests: dict[str, list[Attempt]] = defaultdict(list)
+    faults: dict[str, int] = defaultdict(int)
+    for attempt in served:
+        requests[attempt.request].append(attempt)
+        if attempt.fault is not None:
+            faults[attempt.fault] += 1
+    findings: list[Finding] = []
+    for request, tries in requests.items():
+        findings.extend(_request_findings(request, tries, client, storm_attempts))
+    findings.sort(key=lambda f: (f.severity != "failure", f.attempts[:1], f.finding))
+    return Verdict(
+        passed=not any(f.severity == "failure" for f in findings),
+        attempts=len(served),
+        requests=len(requests),
+        faults=dict(faults),
+        client_record=client is not None,
+        findings=findings,
+    )
+
+
+def _noticed(attempt: Attempt, later: bool, client: ClientRecord | None) -> tuple[bool, str]:
+    """Whether the client noticed a broken stream, and how that is known."""
+    if client is not None and attempt.event_id is not None and attempt.event_id in client.event_ids:
+        return True, "in the client's record"
+    if client is not None and not client.omitted:
+        return False, f"event {attempt.event_id} is not in the client's record"
+    basis = "the client's record was cut short; " if client is not None else "no client record; "
+    if later:
+        return True, basis + "guessed from the retry"
+    return False, basis + "guessed from the server's side: no retry followed"
+
+
+def _request_findings(
+    request: str, tries: list[Attempt], client: ClientRecord | None, storm_attempts: int
+) -> Iterable[Finding]:
+    if len(tries) > storm_attempts:
+        yield _finding(
+            "retry_storm",
+            f"request {request} was attempted {len(tries)} times (more than {storm_attempts})",
+            tries,
+        )
+    for position, attempt in enumerate(tries):
+        following = tries[position + 1] if position + 1 < len(tries) else None
+        if attempt.outcome in ("cut", "failed_stream"):
+            noticed, how = _noticed(attempt, following is not None, client)
+            if not noticed:
+                name = "cut_stream_accepted" if attempt.outcome == "cut" else "failed_stream_accepted"
+                what = (
+                    "cut before its terminal event"
+                    if attempt.outcome == "cut"
+                    else "ended in its failure event"
+                )
+                yield _finding(
+                    name,
+                    f"attempt {attempt.index} ({attempt.route}, {attempt.fault}): the stream {what}, "
+                    f"and the client took it as an answer ({how})",
+                    [attempt],
+                )
+                continue
+        if not _failed(attempt):
+            continue
+        if following is None:
+            if _retryable(attempt):
+                yield _finding(
+                    "gave_up",
+                    f"attempt {attempt.index} ({attempt.route}, {attempt.fault or attempt.status}) failed "
+                    "with a failure a retry can recover from, and no retry followed",
+                    [attempt],
+                )
+            continue
+        gap = following.started_s - attempt.ended_s
+        if not _retryable(attempt):
+            yield _finding(
+                "retried_non_retryable",
+                f"attempt {attempt.index} was refused with {attempt.status} "
+                f"({attempt.fault or 'not a fault'}), and attempt {following.index} sent it again",
+                [attempt, following],
+            )
+        elif attempt.retry_after_s is not None:
+            if gap + CLOCK_SLACK_S < attempt.retry_after_s:
+                yield _finding(
+                    "retry_after_ignored",
+                    f"attempt {attempt.index} asked for a wait of {attempt.retry_after_s:g} s "
+                    f"(Retry-After); attempt {following.index} came {gap:.3f} s later",
+                    [attempt, following],
+                )
+        elif gap < NO_BACKOFF_S:
+            yield _finding(
+                "no_backoff",
+                f"attempt {following.index} came {gap:.3f} s after attempt {attempt.index} failed "
+                f"({attempt.fault or attempt.status}): no backoff",
+                [attempt, following],
+            )
+
+
+def verdict_document(verdict: Verdict, attempts: Sequence[Attempt], dropped: int = 0) -> dict[str, Any]:
+    """What `--verdict-file` and the control route write: the verdict and the journal it read."""
+    return {
+        "verdict": verdict.model_dump(mode="json"),
+        "journal": [a.model_dump(mode="json") for a in attempts],
+        "journal_dropped": dropped,
+    }
