@@ -112,8 +112,10 @@ class Verdict(BaseModel):
         head = "recovered" if self.passed else "NOT recovered"
         lines = [f"{head}: {self.attempts} attempts of {self.requests} requests ({faults}); from {basis}"]
         for finding in self.findings:
-            ids = f" [events {', '.join(finding.event_ids)}]" if finding.event_ids else ""
-            lines.append(f"  {finding.severity}: {finding.finding}: {finding.message}{ids}")
+            named = [f"request {', '.join(finding.requests)}"]
+            if finding.event_ids:
+                named.append(f"event {', '.join(finding.event_ids)}")
+            lines.append(f"  {finding.severity}: {finding.finding}: {finding.message} [{'; '.join(named)}]")
         return "\n".join(lines)
 
 
@@ -172,13 +174,16 @@ def _failed(attempt: Attempt) -> bool:
 
 
 def _finding(name: str, message: str, attempts: Sequence[Attempt]) -> Finding:
+    """A finding on `attempts`; its event ids are the failed attempt's (the first), or every
+    attempt's for a storm."""
+    named = attempts if name == "retry_storm" else attempts[:1]
     return Finding(
         finding=name,
         severity=FINDINGS[name],
         message=message,
         requests=sorted({a.request for a in attempts}),
         attempts=[a.index for a in attempts],
-        event_ids=[a.event_id for a in attempts if a.event_id is not None],
+        event_ids=[a.event_id for a in named if a.event_id is not None],
     )
 
 
