@@ -112,6 +112,13 @@ _ROUTES: Mapping[str, Api] = {
 _ATTEMPT = "gym_failures.model_endpoint.attempt"
 _FAILING = ("quota_429", "server_503", "server_500", "status", "context_window")
 _MAX_REMEMBERED = 4096
+_MALFORMED: Mapping[Api, bytes] = {
+    # An event each SDK parses (its name, for the APIs that name events), whose data breaks off.
+    "responses": b"event: response.output_text.delta\n"
+    b'data: {"type": "response.output_text.delta", "delta": \n\n',
+    "chat": b'data: {"object": "chat.completion.chunk", "choices": [{"delta": \n\n',
+    "messages": b'event: content_block_delta\ndata: {"type": "content_block_delta", "delta": \n\n',
+}
 
 
 def echo_responder(call: ModelCall, fault: Fault | None) -> Turn:
@@ -599,7 +606,7 @@ class ModelEndpoint:
         if fault is None or name not in ("drop_connection", "cut_stream", "stream_failed"):
             after = _after(fault, chunks)
             if name == "malformed_chunk":
-                chunks.insert(after, b'data: {"type": "response.output_text.delta", "delta": "\n\n')
+                chunks.insert(after, _MALFORMED[call.api])
                 note.outcome = "malformed"
             elif name == "stall" and fault is not None:
                 pauses[after] = fault.delay_s
