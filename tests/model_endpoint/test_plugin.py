@@ -17,7 +17,7 @@ PLUGIN = "gym_failures.model_endpoint.pytest_plugin"
 
 # An agent that does it right: the SDK's retries (which wait the Retry-After), gym-failures' hook on
 # its client, and a cut stream noticed and asked again.
-CAREFUL_AGENT = '''
+CAREFUL_AGENT = """
 import openai
 from gym_failures.client import observe_attempts, observed_failure
 
@@ -34,10 +34,10 @@ def make_client(endpoint, retries=2):
         base_url=endpoint.openai_base_url, api_key=endpoint.api_key, max_retries=retries,
         http_client=observe_attempts(openai.DefaultHttpxClient()),
     )
-'''
+"""
 
 # An agent that does it wrong: no SDK retries, its own retry at once, and a stream taken as it comes.
-HASTY_AGENT = '''
+HASTY_AGENT = """
 import openai
 
 def ask(client, prompt):
@@ -48,7 +48,7 @@ def ask(client, prompt):
         except openai.RateLimitError:
             continue
     raise RuntimeError("no answer")
-'''
+"""
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -67,7 +67,7 @@ def test_the_plugin_is_a_pytest11_entry_point_in_the_pytest_extra() -> None:
 def test_a_careful_agent_recovers_from_a_429_and_a_cut_stream(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(agent=CAREFUL_AGENT)
     pytester.makepyfile(
-        test_careful='''
+        test_careful="""
 from agent import ask, make_client
 
 def test_agent(model_endpoint):
@@ -81,7 +81,7 @@ def test_agent(model_endpoint):
     first, second, third = model_endpoint.journal()
     assert second.started_s - first.ended_s >= 1.0   # the SDK waited the Retry-After
     assert (first.outcome, second.outcome, third.outcome) == ("failed", "cut", "ok")
-'''
+"""
     )
     result = _run(pytester)
     result.assert_outcomes(passed=1)
@@ -90,7 +90,7 @@ def test_agent(model_endpoint):
 def test_a_hasty_agent_is_told_what_it_did_with_event_ids(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(agent=HASTY_AGENT)
     pytester.makepyfile(
-        test_hasty='''
+        test_hasty="""
 import openai
 from agent import ask
 
@@ -101,7 +101,7 @@ def test_agent(model_endpoint):
         ask(client, "hello")
         ask(client, "hello again")
     model_endpoint.assert_recovered()
-'''
+"""
     )
     result = _run(pytester)
     result.assert_outcomes(failed=1)
@@ -119,7 +119,7 @@ def test_the_verdict_uses_the_clients_record_when_it_has_one(pytester: pytest.Py
     a warning; the same journal without the record is a cut accepted."""
     pytester.makepyfile(agent=CAREFUL_AGENT)
     pytester.makepyfile(
-        test_record='''
+        test_record="""
 from agent import make_client
 
 def test_agent(model_endpoint):
@@ -134,14 +134,14 @@ def test_agent(model_endpoint):
     alone = model_endpoint.verdict(client=None)
     assert [f.finding for f in alone.findings] == ["cut_stream_accepted"]
     assert not alone.passed
-'''
+"""
     )
     _run(pytester).assert_outcomes(passed=1)
 
 
 def test_anthropic_through_the_environment_and_a_reset_per_test(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
-        test_anthropic='''
+        test_anthropic="""
 import anthropic, pytest
 
 def test_first(model_endpoint):
@@ -156,17 +156,19 @@ def test_second_starts_clean(model_endpoint):
     assert model_endpoint.journal() == []
     url, key = model_endpoint.anthropic_base_url, model_endpoint.api_key
     with anthropic.Anthropic(base_url=url, api_key=key) as client:
-        reply = client.messages.create(model="claude", max_tokens=16, messages=[{"role": "user", "content": "x"}])
+        reply = client.messages.create(
+            model="claude", max_tokens=16, messages=[{"role": "user", "content": "x"}]
+        )
     assert reply.content[0].text
     assert model_endpoint.assert_recovered().attempts == 1
-'''
+"""
     )
     _run(pytester).assert_outcomes(passed=2)
 
 
 def test_the_report_option_writes_each_tests_verdict(pytester: pytest.Pytester, tmp_path: Path) -> None:
     pytester.makepyfile(
-        test_report='''
+        test_report="""
 import openai
 
 def test_one(model_endpoint):
@@ -176,7 +178,7 @@ def test_one(model_endpoint):
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
         except openai.InternalServerError:
             pass
-'''
+"""
     )
     target = tmp_path / "verdicts.jsonl"
     _run(pytester, f"--model-endpoint-verdicts={target}").assert_outcomes(passed=1)
@@ -189,7 +191,7 @@ def test_one(model_endpoint):
 
 def test_force_refuses_what_is_not_a_fault(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
-        test_refused='''
+        test_refused="""
 import pytest
 
 def test_refused(model_endpoint):
@@ -199,6 +201,6 @@ def test_refused(model_endpoint):
         model_endpoint.force("status", code=200)
     with pytest.raises(ValueError, match="unknown route"):
         model_endpoint.force("slow", route="/v2/nothing")
-'''
+"""
     )
     _run(pytester).assert_outcomes(passed=1)

@@ -764,13 +764,17 @@ class _Recorder:
                             headers.append((b"retry-after-ms", str(round(wait * 1000)).encode()))
                 message = {**message, "headers": headers}
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                # Journaled before the reply's last bytes leave: a client that has read the reply
+                # finds its attempt in the journal.
                 complete = True
+                endpoint._record(scope["path"], note, status, started, complete)
             await send(message)
 
         try:
             await self.app(scope, receive, send_marked)
         finally:
-            endpoint._record(scope["path"], note, status, started, complete)
+            if not complete:
+                endpoint._record(scope["path"], note, status, started, complete)
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
