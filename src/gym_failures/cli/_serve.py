@@ -85,7 +85,7 @@ def add_serve(commands: Subcommands) -> None:
         extra="demo",
     )
     servers = parser.add_subparsers(
-        title="servers", metavar="SERVER", dest="server", parser_class=type(parser), required=True
+        title="servers", metavar="{model}", dest="server", parser_class=type(parser), required=True
     )
     model = servers.add_parser(
         "model",
