@@ -66,6 +66,7 @@ __all__ = [
     "Fault",
     "FaultName",
     "ForcedFaults",
+    "PlanFaultName",
     "ModelEndpointPlan",
     "Scenario",
     "fault_with",
@@ -73,8 +74,7 @@ __all__ = [
     "parse_fault_header",
 ]
 
-FaultName = Literal[
-    "none",
+PlanFaultName = Literal[
     "quota_429",
     "server_503",
     "server_500",
@@ -93,6 +93,8 @@ FaultName = Literal[
     "bad_tool_arguments",
     "unknown_tool",
 ]
+"""The faults a plan can draw (`none` is not one: a draw past the rates is no fault)."""
+FaultName = Literal["none", PlanFaultName]
 
 FAULTS: Mapping[str, str] = {
     "none": "no fault: the request passes, whatever the queue or the plan would draw",
@@ -158,7 +160,7 @@ class ModelEndpointPlan(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rates: dict[FaultName, Rate] = Field(default_factory=dict)
+    rates: dict[PlanFaultName, Rate] = Field(default_factory=dict)
     retry_after_s: Wait = 1.0
     slow_s: Wait = 5.0
     latency_s: Wait = 0.0
@@ -177,7 +179,7 @@ class ModelEndpointPlan(BaseModel):
         for name in FAULTS:
             edge += self.rates.get(name, 0.0)  # type: ignore[call-overload]
             if u < edge:
-                return None if name == "none" else name
+                return name
         return None
 
 
