@@ -113,7 +113,11 @@ def test_with_the_clients_record_a_cut_is_noticed_only_by_its_event_id() -> None
 
 def test_a_record_cut_short_falls_back_to_the_retry() -> None:
     cut = attempt(0, 0.0, stream=True, fault="cut_stream", outcome="cut", event_id="cut0")
-    row: dict[str, Any] = {FailureReportRow.EVENTS: {}, FailureReportRow.FAILURE_ID: None, FailureReportRow.OMITTED: True}
+    row: dict[str, Any] = {
+        FailureReportRow.EVENTS: {},
+        FailureReportRow.FAILURE_ID: None,
+        FailureReportRow.OMITTED: True,
+    }
     assert findings(cut, attempt(1, 2.0), client=[row]) == []
     assert findings(cut, client=[row]) == ["cut_stream_accepted"]
 
