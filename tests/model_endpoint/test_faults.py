@@ -174,3 +174,13 @@ def _read_or_refuse(api: str, body: object) -> ModelCall | ModelFailure:
         return read_call(api, body, {})  # type: ignore[arg-type]
     except ModelFailure as failure:
         return failure
+
+
+def test_making_apps_never_piles_up_log_filters() -> None:
+    import logging
+
+    ModelEndpoint(plan=PLAN).app()
+    counts = [len(logging.getLogger(name).filters) for name in ("gym_failures.asgi", "uvicorn.error")]
+    ModelEndpoint(plan=PLAN).app()
+    ModelEndpoint(plan=PLAN).app()
+    assert [len(logging.getLogger(name).filters) for name in ("gym_failures.asgi", "uvicorn.error")] == counts

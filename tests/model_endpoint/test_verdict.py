@@ -252,3 +252,9 @@ def test_any_json_client_record_is_read_or_refused(value: Any) -> None:
             status = main(["verdict", str(source), "--client", str(client)])
     assert status in (0, 2)
     assert "Traceback" not in err.getvalue()
+
+
+def test_a_reply_the_client_left_is_its_own_timeout_and_retryable() -> None:
+    left = attempt(0, 0.0, end=5.0, status=499, outcome="disconnected", fault="slow", event_id="s0")
+    assert findings(left, attempt(1, 6.0)) == []
+    assert findings(left) == ["gave_up"]

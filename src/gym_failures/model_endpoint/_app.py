@@ -219,12 +219,22 @@ class _RawReply(Response):
 
 class _QuietInjected(logging.Filter):
     """Drops the log lines of faults that were asked for: the middleware's line of an injected
-    failure, and uvicorn's line for a connection dropped on purpose."""
+    failure (named by its event id), and uvicorn's line for a connection dropped on purpose. One
+    filter serves every endpoint of the process (`_QUIET`), so making apps never piles up filters."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.injected: deque[str] = deque(maxlen=_MAX_REMEMBERED)
+        self._order: deque[str] = deque()
+        self._injected: set[str] = set()
         self.drops = 0
+
+    def remember(self, event_id: str) -> None:
+        if event_id in self._injected:
+            return
+        self._order.append(event_id)
+        self._injected.add(event_id)
+        while len(self._order) > _MAX_REMEMBERED:
+            self._injected.discard(self._order.popleft())
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name == "uvicorn.error":
@@ -233,7 +243,10 @@ class _QuietInjected(logging.Filter):
                 return False
             return True
         args = record.args if isinstance(record.args, tuple) else ()
-        return not any(isinstance(arg, str) and arg in self.injected for arg in args)
+        return not any(isinstance(arg, str) and arg in self._injected for arg in args)
+
+
+_QUIET = _QuietInjected()
 
 
 def _default_quota_reason(call: ModelCall, fault: Fault) -> str:
@@ -268,7 +281,7 @@ class ModelEndpoint:
         self.journal = Journal()
         self.fault_counts: Counter[str] = Counter()
         """How many replies carried each fault, by name, since the start (a reset keeps them)."""
-        self._quiet = _QuietInjected()
+        self._quiet = _QUIET
         self._counter: Any = None
 
     # --- the test tool's side ----------------------------------------------------------------------
@@ -432,7 +445,7 @@ class ModelEndpoint:
         note.fault = fault
         note.event_id = event_id or note.event_id or new_event_id()
         if event_id is not None:
-            self._quiet.injected.append(event_id)
+            self._quiet.remember(event_id)
 
     async def _models(self, request: Request) -> Response:
         self._authorize(request)

@@ -26,8 +26,9 @@ Decisions:
   arrival. A client that waited W seconds after reading the reply arrives at least W later, so the
   check has only `CLOCK_SLACK_S` of slack and never depends on the machine's speed: a slow machine
   makes gaps longer, never shorter.
-- Retryable: 408, 409, 429 and every 5xx (the official SDKs' rule), a dropped connection, a cut or
-  failed stream. Every other 4xx is non-retryable.
+- Retryable: 408, 409, 429 and every 5xx (the official SDKs' rule), a dropped connection, a cut,
+  failed or malformed stream, and a reply the client left before its end (its own timeout). Every
+  other 4xx is non-retryable.
 - `retry_storm` is counted per request (attempts of the same body), default more than 10: the SDKs
   default to 2 retries, and a client past 10 is retrying without a bound.
 """
@@ -71,7 +72,7 @@ CLOCK_SLACK_S = 0.005
 NO_BACKOFF_S = 0.05
 STORM_ATTEMPTS = 10
 
-_BREAKS = ("dropped", "cut", "failed_stream", "malformed")
+_BREAKS = ("dropped", "cut", "failed_stream", "malformed", "disconnected")
 
 
 class Finding(BaseModel):
