@@ -15,7 +15,7 @@ from gym_failures.cli import main
 from gym_failures.failure_transport import FailureReportRow, RequestFailureLog, observe_failure
 from gym_failures.failures import ModelFailure
 from gym_failures.model_endpoint import FINDINGS, Attempt, client_record, judge, verdict_document
-from gym_failures.model_endpoint._verdict import CLOCK_SLACK_S, NO_BACKOFF_S, STORM_ATTEMPTS
+from gym_failures.model_endpoint._verdict import CLOCK_SLACK_S, NO_BACKOFF_S, READ_TIMEOUT_S, STORM_ATTEMPTS
 
 
 def attempt(
@@ -57,8 +57,14 @@ def test_waiting_the_retry_after_is_recovered_and_less_is_a_failure_at_the_bound
     assert not verdict.passed
 
 
-def test_the_wait_counts_from_the_end_of_the_failed_reply() -> None:
+def test_the_wait_counts_from_the_failed_status_line_else_the_replys_end() -> None:
     assert findings(refused(0, 0.0, end=5.0), attempt(1, 5.5)) == ["retry_after_ignored"]
+    # An SDK streaming a request acts on the status line, before the body's last bytes.
+    assert findings(refused(0, 0.0, answered_s=0.0, end=0.2), attempt(1, 1.0)) == []
+    assert findings(refused(0, 0.0, answered_s=0.0, end=0.2), attempt(1, 0.9)) == ["retry_after_ignored"]
+    # A broken reply is known only at its end.
+    cut = attempt(0, 0.0, answered_s=0.0, end=2.0, outcome="dropped", fault="drop_connection", status=200)
+    assert findings(cut, attempt(1, 2.0)) == ["no_backoff"]
 
 
 def test_a_non_retryable_refusal_sent_again() -> None:
@@ -145,7 +151,8 @@ def test_the_text_names_findings_requests_and_events() -> None:
 
 def test_every_finding_has_a_severity() -> None:
     assert set(FINDINGS.values()) == {"failure", "warning"}
-    assert [name for name, severity in FINDINGS.items() if severity == "warning"] == ["no_backoff", "gave_up"]
+    warnings = [name for name, severity in FINDINGS.items() if severity == "warning"]
+    assert warnings == ["no_backoff", "gave_up", "malformed_chunk_ignored", "no_read_timeout"]
 
 
 # --- gym-failures verdict -----------------------------------------------------------------------
@@ -258,3 +265,22 @@ def test_a_reply_the_client_left_is_its_own_timeout_and_retryable() -> None:
     left = attempt(0, 0.0, end=5.0, status=499, outcome="disconnected", fault="slow", event_id="s0")
     assert findings(left, attempt(1, 6.0)) == []
     assert findings(left) == ["gave_up"]
+
+
+def test_a_malformed_chunk_taken_as_an_answer_is_a_warning() -> None:
+    bad = attempt(0, 0.0, stream=True, fault="malformed_chunk", outcome="malformed", event_id="m0")
+    assert findings(bad) == ["malformed_chunk_ignored"]
+    assert findings(bad, attempt(1, 1.0)) == []
+    assert findings(bad, attempt(1, 1.0), client=["other"]) == []  # no record can hold it
+    assert judge([bad]).passed
+
+
+def test_no_read_timeout_at_its_bound() -> None:
+    def waited(delay: float) -> Attempt:
+        return attempt(0, 0.0, end=delay, stream=True, fault="stall", delay_s=delay, event_id="w0")
+
+    assert findings(waited(READ_TIMEOUT_S - 0.5)) == []
+    assert findings(waited(READ_TIMEOUT_S)) == ["no_read_timeout"]
+    assert [f.finding for f in judge([waited(2.0)], read_timeout_s=2.0).findings] == ["no_read_timeout"]
+    left = attempt(0, 0.0, end=5.0, status=499, outcome="disconnected", fault="stall", delay_s=60.0)
+    assert "no_read_timeout" not in findings(left)

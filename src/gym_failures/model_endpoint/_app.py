@@ -112,6 +112,7 @@ _ROUTES: Mapping[str, Api] = {
 _ATTEMPT = "gym_failures.model_endpoint.attempt"
 _FAILING = ("quota_429", "server_503", "server_500", "status", "context_window")
 _MAX_REMEMBERED = 4096
+_WAITS = ("slow", "stall", "slow_first_token")
 _MALFORMED: Mapping[Api, bytes] = {
     # An event each SDK parses (its name, for the APIs that name events), whose data breaks off.
     "responses": b"event: response.output_text.delta\n"
@@ -159,6 +160,7 @@ class _AttemptNote:
     retry_after_s: float | None = None
     outcome: str | None = None
     sdk_retry_count: int | None = None
+    answered_s: float | None = None
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
@@ -673,11 +675,13 @@ class ModelEndpoint:
             model=note.model,
             stream=note.stream,
             started_s=started,
+            answered_s=note.answered_s,
             ended_s=max(started, self.journal.now()),
             status=status,
             fault=None if fault is None else fault.name,
             event_id=note.event_id if fault is not None else None,
             retry_after_s=note.retry_after_s if status >= 400 else None,
+            delay_s=fault.delay_s if fault is not None and fault.name in _WAITS else None,
             outcome=outcome,
             sdk_retry_count=note.sdk_retry_count,
         )
@@ -753,6 +757,7 @@ class _Recorder:
             return
         endpoint = self.endpoint
         note = _AttemptNote()
+        endpoint.journal.begin()
         started = endpoint.journal.now()
         status = 500
         complete = False
@@ -765,6 +770,7 @@ class _Recorder:
             nonlocal status, complete
             if message["type"] == "http.response.start":
                 status = message["status"]
+                note.answered_s = endpoint.journal.now()
                 headers = list(message.get("headers") or [])
                 headers += note.headers
                 if note.fault is not None:

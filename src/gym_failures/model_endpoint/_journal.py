@@ -1,9 +1,10 @@
 """The endpoint's journal: one entry per attempt it served, the evidence its recovery verdict reads.
 
 Every request to a model route (`/v1/responses`, `/v1/chat/completions`, `/v1/messages`) is one
-`Attempt`: when it arrived and when its reply ended (seconds on the server's monotonic clock, from the
-journal's start), the route, model and whether it streamed, the status sent, the fault injected (with
-the event id the reply names it by) and the wait it asked for, and how the reply ended (`outcome`).
+`Attempt`: when it arrived, when its reply's status was sent and when the reply ended (seconds on the
+server's monotonic clock, from the journal's start), the route, model and whether it streamed, the
+status sent, the fault injected (with the event id the reply names it by) and the wait it asked
+for, and how the reply ended (`outcome`).
 
 Attempts of one request share a `request`: the route and a digest of the body. An SDK's retry sends
 the same body again, so its attempts are one request; two different prompts are two requests.
@@ -47,11 +48,15 @@ class Attempt(BaseModel):
     model: str | None = Field(default=None, max_length=256)
     stream: bool = False
     started_s: float = Field(ge=0)
+    answered_s: float | None = Field(default=None, ge=0)
+    """When the reply's status line was sent: a client can act on a failed status from then on."""
     ended_s: float = Field(ge=0)
     status: int = Field(ge=100, le=599)
     fault: str | None = Field(default=None, max_length=64)
     event_id: str | None = Field(default=None, max_length=128)
     retry_after_s: float | None = Field(default=None, ge=0)
+    delay_s: float | None = Field(default=None, ge=0)
+    """The wait a `slow`, `stall` or `slow_first_token` held the reply for."""
     outcome: Outcome = "ok"
     sdk_retry_count: int | None = Field(default=None, ge=0)
     """The `x-stainless-retry-count` the official SDKs send (0 on a first attempt), when sent."""
@@ -68,7 +73,8 @@ class Journal:
     """The attempts served, oldest first, bounded; safe to share between threads."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
+        self._open = 0
         self._attempts: deque[Attempt] = deque(maxlen=MAX_ATTEMPTS)
         self._start = time.monotonic()
         self._next = 0
@@ -78,8 +84,20 @@ class Journal:
         """Seconds since the journal started, on the monotonic clock."""
         return time.monotonic() - self._start
 
+    def begin(self) -> None:
+        """An attempt arrived; `add` ends it."""
+        with self._lock:
+            self._open += 1
+
+    def settled(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds until no attempt is being served; whether none is."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._open <= 0, timeout)
+
     def add(self, **fields: object) -> Attempt:
         with self._lock:
+            self._open -= 1
+            self._lock.notify_all()
             attempt = Attempt.model_validate({**fields, "index": self._next})
             self._next += 1
             if len(self._attempts) == MAX_ATTEMPTS:

@@ -13,6 +13,9 @@ Findings (`FINDINGS`), each naming the requests, attempts and event ids behind i
                                      `NO_BACKOFF_S`)
     gave_up                 warning  a request's last attempt failed with a failure a retry can recover
                                      from, and no retry followed
+    malformed_chunk_ignored warning  a stream with an event that is not JSON went unnoticed
+    no_read_timeout         warning  the client waited out a `slow`, `stall` or `slow_first_token` of
+                                     at least `read_timeout_s` (default 30 s) to its end
 
 When the client's record is given (`client_event_ids`: a `RequestFailureLog` that `observe_attempts`
 filled, a `FailureReport`, a collector's rows, failures, or event ids), a cut or failed stream counts
@@ -22,10 +25,11 @@ when the record was cut short, `omitted`), a cut or failed stream counts as noti
 was attempted again, and the finding says it was guessed from the server's side.
 
 Decisions:
-- Waits are measured on the server, from the moment the failed reply was sent to the next attempt's
-  arrival. A client that waited W seconds after reading the reply arrives at least W later, so the
-  check has only `CLOCK_SLACK_S` of slack and never depends on the machine's speed: a slow machine
-  makes gaps longer, never shorter.
+- Waits are measured on the server, from the moment the client could know of the failure (a failed
+  status: its status line; a broken reply: its end) to the next attempt's arrival. A client that
+  waited W seconds after learning of it arrives at least W later, so the check has only
+  `CLOCK_SLACK_S` of slack and never depends on the machine's speed: a slow machine makes gaps
+  longer, never shorter.
 - Retryable: 408, 409, 429 and every 5xx (the official SDKs' rule), a dropped connection, a cut,
   failed or malformed stream, and a reply the client left before its end (its own timeout). Every
   other 4xx is non-retryable.
@@ -47,6 +51,7 @@ __all__ = [
     "CLOCK_SLACK_S",
     "FINDINGS",
     "NO_BACKOFF_S",
+    "READ_TIMEOUT_S",
     "STORM_ATTEMPTS",
     "ClientRecord",
     "Finding",
@@ -65,12 +70,15 @@ FINDINGS: Mapping[str, Severity] = {
     "failed_stream_accepted": "failure",
     "no_backoff": "warning",
     "gave_up": "warning",
+    "malformed_chunk_ignored": "warning",
+    "no_read_timeout": "warning",
 }
 """Every finding, with its severity: a `failure` fails the verdict, a `warning` does not."""
 
 CLOCK_SLACK_S = 0.005
 NO_BACKOFF_S = 0.05
 STORM_ATTEMPTS = 10
+READ_TIMEOUT_S = 30.0
 
 _BREAKS = ("dropped", "cut", "failed_stream", "malformed", "disconnected")
 
@@ -193,8 +201,10 @@ def judge(
     client: ClientRecord | None = None,
     *,
     storm_attempts: int = STORM_ATTEMPTS,
+    read_timeout_s: float = READ_TIMEOUT_S,
 ) -> Verdict:
-    """The verdict on the attempts of a journal, with the client's record when there is one."""
+    """The verdict on the attempts of a journal, with the client's record when there is one;
+    `storm_attempts` and `read_timeout_s` are the bounds of `retry_storm` and `no_read_timeout`."""
     served = sorted(attempts, key=lambda a: (a.started_s, a.index))
     requests: dict[str, list[Attempt]] = defaultdict(list)
     faults: dict[str, int] = defaultdict(int)
@@ -204,7 +214,7 @@ def judge(
             faults[attempt.fault] += 1
     findings: list[Finding] = []
     for request, tries in requests.items():
-        findings.extend(_request_findings(request, tries, client, storm_attempts))
+        findings.extend(_request_findings(request, tries, client, storm_attempts, read_timeout_s))
     findings.sort(key=lambda f: (f.severity != "failure", f.attempts[:1], f.finding))
     return Verdict(
         passed=not any(f.severity == "failure" for f in findings),
@@ -229,7 +239,11 @@ def _noticed(attempt: Attempt, later: bool, client: ClientRecord | None) -> tupl
 
 
 def _request_findings(
-    request: str, tries: list[Attempt], client: ClientRecord | None, storm_attempts: int
+    request: str,
+    tries: list[Attempt],
+    client: ClientRecord | None,
+    storm_attempts: int,
+    read_timeout_s: float,
 ) -> Iterable[Finding]:
     if len(tries) > storm_attempts:
         yield _finding(
@@ -239,6 +253,25 @@ def _request_findings(
         )
     for position, attempt in enumerate(tries):
         following = tries[position + 1] if position + 1 < len(tries) else None
+        if attempt.outcome == "ok" and attempt.delay_s is not None and attempt.delay_s >= read_timeout_s:
+            yield _finding(
+                "no_read_timeout",
+                f"attempt {attempt.index} ({attempt.fault}) was waited out to its end, "
+                f"{attempt.delay_s:g} s: no read timeout under {read_timeout_s:g} s",
+                [attempt],
+            )
+        if attempt.outcome == "malformed":
+            # No client's record holds a malformed chunk (the SDK raises, nothing observes it): the
+            # retry is the only evidence.
+            noticed, how = _noticed(attempt, following is not None, None)
+            if not noticed:
+                yield _finding(
+                    "malformed_chunk_ignored",
+                    f"attempt {attempt.index} ({attempt.route}): a stream event was not JSON, and the "
+                    f"client took the reply as an answer ({how})",
+                    [attempt],
+                )
+                continue
         if attempt.outcome in ("cut", "failed_stream"):
             noticed, how = _noticed(attempt, following is not None, client)
             if not noticed:
@@ -266,7 +299,12 @@ def _request_findings(
                     [attempt],
                 )
             continue
-        gap = following.started_s - attempt.ended_s
+        # A failed status can be acted on from the status line (an SDK streaming a request reads
+        # no further); a broken reply is known only at its end.
+        known = attempt.ended_s
+        if attempt.outcome == "failed" and attempt.answered_s is not None:
+            known = attempt.answered_s
+        gap = following.started_s - known
         if not _retryable(attempt):
             yield _finding(
                 "retried_non_retryable",

@@ -50,11 +50,12 @@ if TYPE_CHECKING:
     from gym_failures.failure_transport import RequestFailureLog
     from gym_failures.model_endpoint import Attempt, ModelEndpoint, Verdict
 
-__all__ = ["API_KEY", "ModelEndpointFixture", "model_endpoint"]
+__all__ = ["API_KEY", "SETTLE_S", "ModelEndpointFixture", "model_endpoint"]
 
 API_KEY = "gym-failures-test-key"
 """The key the session's endpoint requires (Bearer or x-api-key)."""
 _START_TIMEOUT_S = 60.0
+SETTLE_S = 10.0
 _AUTO: Any = object()
 _VERDICTS = pytest.StashKey[list[dict[str, Any]]]()
 
@@ -155,13 +156,16 @@ class ModelEndpointFixture:
         self.endpoint.force(fault, times=times, route=route, model=model, stream=stream, **params)
 
     def journal(self) -> list[Attempt]:
-        """The attempts this test made, oldest first."""
+        """The attempts this test made, oldest first, once the replies still being sent have ended
+        (at most `SETTLE_S`: a client that broke off a stream is journaled when the server sees it)."""
+        self.endpoint.journal.settled(SETTLE_S)
         return self.endpoint.journal.attempts()
 
     def verdict(self, client: object = _AUTO) -> Verdict:
         """The verdict on this test's attempts (see the module's docstring for `client`)."""
         if client is _AUTO:
             client = self.client_log if not self.client_log.is_empty() else None
+        self.endpoint.journal.settled(SETTLE_S)
         return self.endpoint.verdict(client)
 
     def assert_recovered(self, client: object = _AUTO) -> Verdict:
