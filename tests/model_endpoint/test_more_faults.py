@@ -264,6 +264,7 @@ def test_retry_after_ms_is_a_sub_second_wait_the_sdk_keeps(
     oai.with_options(max_retries=1).chat.completions.create(model="m", messages=MESSAGES)
     refused, answered = model_endpoint.journal()
     assert refused.retry_after_s == 0.3
+    assert refused.answered_s is not None
     assert answered.started_s - refused.answered_s >= 0.3
     assert model_endpoint.assert_recovered().findings == []
 

@@ -79,7 +79,7 @@ def test_agent(model_endpoint):
     assert verdict.client_record
     assert verdict.faults == {"quota_429": 1, "cut_stream": 1}
     first, second, third = model_endpoint.journal()
-    assert second.started_s - first.answered_s >= 1.0   # the SDK waited the Retry-After
+    assert second.started_s - first.answered_s >= 1.0   # the SDK waited the Retry-After from the 429
     assert (first.outcome, second.outcome, third.outcome) == ("failed", "cut", "ok")
 """
     )
