@@ -369,3 +369,16 @@ def test_every_fault_is_named_in_the_faults_table() -> None:
         FAULTS
     )
     assert PROVIDER_QUOTA_EXHAUSTED  # the kind the quotas answer with (test_quota.py)
+
+
+def test_the_verdict_command_reads_a_running_endpoint(
+    model_endpoint: ModelEndpointFixture, http: httpx.Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gym_failures.cli import main
+
+    _chat(http, "quota_429; retry_after=5")
+    _chat(http, "quota_429; retry_after=5")
+    assert main(["verdict", model_endpoint.url, "--api-key", model_endpoint.api_key]) == 1
+    assert "retry_after_ignored" in capsys.readouterr().out
+    assert main(["verdict", model_endpoint.url]) == 2  # no key: the endpoint answers 401
+    assert "answered 401" in capsys.readouterr().err

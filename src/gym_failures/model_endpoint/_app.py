@@ -35,6 +35,7 @@ import hmac
 import json
 import logging
 import math
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -228,7 +229,12 @@ class _QuietInjected(logging.Filter):
         super().__init__()
         self._order: deque[str] = deque()
         self._injected: set[str] = set()
-        self.drops = 0
+        self._drops: deque[float] = deque(maxlen=_MAX_REMEMBERED)
+
+    def dropped(self) -> None:
+        """A reply was left unfinished on purpose: uvicorn's line for it, which follows at once, is
+        not logged (a drop whose client had already gone gets no line: its mark expires in 1 s)."""
+        self._drops.append(time.monotonic() + 1.0)
 
     def remember(self, event_id: str) -> None:
         if event_id in self._injected:
@@ -240,8 +246,13 @@ class _QuietInjected(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name == "uvicorn.error":
-            if self.drops > 0 and record.msg == "ASGI callable returned without completing response.":
-                self.drops -= 1
+            if record.msg != "ASGI callable returned without completing response.":
+                return True
+            now = time.monotonic()
+            while self._drops and self._drops[0] < now:
+                self._drops.popleft()
+            if self._drops:
+                self._drops.popleft()
                 return False
             return True
         args = record.args if isinstance(record.args, tuple) else ()
@@ -668,7 +679,7 @@ class ModelEndpoint:
                 _told(outcome, status),
             )
             if outcome == "dropped" and not complete:
-                self._quiet.drops += 1
+                self._quiet.dropped()
         self.journal.add(
             request=request_key(route, note.body),
             route=route,
