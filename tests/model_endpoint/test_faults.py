@@ -184,3 +184,18 @@ def test_making_apps_never_piles_up_log_filters() -> None:
     ModelEndpoint(plan=PLAN).app()
     ModelEndpoint(plan=PLAN).app()
     assert [len(logging.getLogger(name).filters) for name in ("gym_failures.asgi", "uvicorn.error")] == counts
+
+
+@given(value=st.text(max_size=200))
+def test_the_announced_event_id_is_read_or_ignored(value: str) -> None:
+    """Whatever a server puts in `X-Gym-Fault-Event`, the hook reads an id a failure can carry, or
+    none (`observe_attempts` reads it from every reply)."""
+    from gym_failures.client._sdk import _announced_event
+
+    announced = _announced_event({"x-gym-fault-event": value})
+    if announced is not None:
+        assert announced == value
+        assert ModelFailure(
+            failure_kind="transport_peer_drop", failure_reason="x", event_id=announced
+        ).event_id
+    assert _announced_event({}) is None
