@@ -260,73 +260,82 @@ def _request_findings(
                 f"{attempt.delay_s:g} s: no read timeout under {read_timeout_s:g} s",
                 [attempt],
             )
-        if attempt.outcome == "malformed":
-            # No client's record holds a malformed chunk (the SDK raises, nothing observes it): the
-            # retry is the only evidence.
-            noticed, how = _noticed(attempt, following is not None, None)
-            if not noticed:
-                yield _finding(
-                    "malformed_chunk_ignored",
-                    f"attempt {attempt.index} ({attempt.route}): a stream event was not JSON, and the "
-                    f"client took the reply as an answer ({how})",
-                    [attempt],
-                )
-                continue
-        if attempt.outcome in ("cut", "failed_stream"):
-            noticed, how = _noticed(attempt, following is not None, client)
-            if not noticed:
-                name = "cut_stream_accepted" if attempt.outcome == "cut" else "failed_stream_accepted"
-                what = (
-                    "cut before its terminal event"
-                    if attempt.outcome == "cut"
-                    else "ended in its failure event"
-                )
-                yield _finding(
-                    name,
-                    f"attempt {attempt.index} ({attempt.route}, {attempt.fault}): the stream {what}, "
-                    f"and the client took it as an answer ({how})",
-                    [attempt],
-                )
-                continue
-        if not _failed(attempt):
-            continue
-        if following is None:
-            if _retryable(attempt):
-                yield _finding(
-                    "gave_up",
-                    f"attempt {attempt.index} ({attempt.route}, {attempt.fault or attempt.status}) failed "
-                    "with a failure a retry can recover from, and no retry followed",
-                    [attempt],
-                )
-            continue
-        # A failed status can be acted on from the status line (an SDK streaming a request reads
-        # no further); a broken reply is known only at its end.
-        known = attempt.ended_s
-        if attempt.outcome == "failed" and attempt.answered_s is not None:
-            known = attempt.answered_s
-        gap = following.started_s - known
-        if not _retryable(attempt):
+        accepted = _accepted_stream(attempt, following is not None, client)
+        if accepted is not None:
+            yield accepted
+        elif _failed(attempt):
+            yield from _retry_findings(attempt, following)
+
+
+def _accepted_stream(attempt: Attempt, retried: bool, client: ClientRecord | None) -> Finding | None:
+    """The finding of a broken stream the client took as an answer, if it did."""
+    if attempt.outcome == "malformed":
+        # No client's record holds a malformed chunk (the SDK raises, nothing observes it): the
+        # retry is the only evidence.
+        noticed, how = _noticed(attempt, retried, None)
+        if noticed:
+            return None
+        return _finding(
+            "malformed_chunk_ignored",
+            f"attempt {attempt.index} ({attempt.route}): a stream event was not JSON, and the "
+            f"client took the reply as an answer ({how})",
+            [attempt],
+        )
+    if attempt.outcome not in ("cut", "failed_stream"):
+        return None
+    noticed, how = _noticed(attempt, retried, client)
+    if noticed:
+        return None
+    cut = attempt.outcome == "cut"
+    what = "cut before its terminal event" if cut else "ended in its failure event"
+    return _finding(
+        "cut_stream_accepted" if cut else "failed_stream_accepted",
+        f"attempt {attempt.index} ({attempt.route}, {attempt.fault}): the stream {what}, "
+        f"and the client took it as an answer ({how})",
+        [attempt],
+    )
+
+
+def _retry_findings(attempt: Attempt, following: Attempt | None) -> Iterable[Finding]:
+    """What the client did after the failed `attempt`: retried too soon, retried what it must not,
+    or gave up."""
+    if following is None:
+        if _retryable(attempt):
             yield _finding(
-                "retried_non_retryable",
-                f"attempt {attempt.index} was refused with {attempt.status} "
-                f"({attempt.fault or 'not a fault'}), and attempt {following.index} sent it again",
+                "gave_up",
+                f"attempt {attempt.index} ({attempt.route}, {attempt.fault or attempt.status}) failed "
+                "with a failure a retry can recover from, and no retry followed",
+                [attempt],
+            )
+        return
+    # A failed status can be acted on from the status line (an SDK streaming a request reads no
+    # further); a broken reply is known only at its end.
+    known = attempt.ended_s
+    if attempt.outcome == "failed" and attempt.answered_s is not None:
+        known = attempt.answered_s
+    gap = following.started_s - known
+    if not _retryable(attempt):
+        yield _finding(
+            "retried_non_retryable",
+            f"attempt {attempt.index} was refused with {attempt.status} "
+            f"({attempt.fault or 'not a fault'}), and attempt {following.index} sent it again",
+            [attempt, following],
+        )
+    elif attempt.retry_after_s is not None:
+        if gap + CLOCK_SLACK_S < attempt.retry_after_s:
+            yield _finding(
+                "retry_after_ignored",
+                f"attempt {attempt.index} asked for a wait of {attempt.retry_after_s:g} s "
+                f"(Retry-After); attempt {following.index} came {gap:.3f} s later",
                 [attempt, following],
             )
-        elif attempt.retry_after_s is not None:
-            if gap + CLOCK_SLACK_S < attempt.retry_after_s:
-                yield _finding(
-                    "retry_after_ignored",
-                    f"attempt {attempt.index} asked for a wait of {attempt.retry_after_s:g} s "
-                    f"(Retry-After); attempt {following.index} came {gap:.3f} s later",
-                    [attempt, following],
-                )
-        elif gap < NO_BACKOFF_S:
-            yield _finding(
-                "no_backoff",
-                f"attempt {following.index} came {gap:.3f} s after attempt {attempt.index} failed "
-                f"({attempt.fault or attempt.status}): no backoff",
-                [attempt, following],
-            )
+    elif gap < NO_BACKOFF_S:
+        yield _finding(
+            "no_backoff",
+            f"attempt {following.index} came {gap:.3f} s after attempt {attempt.index} failed "
+            f"({attempt.fault or attempt.status}): no backoff",
+            [attempt, following],
+        )
 
 
 def verdict_document(verdict: Verdict, attempts: Sequence[Attempt], dropped: int = 0) -> dict[str, Any]:
