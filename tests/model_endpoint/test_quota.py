@@ -63,3 +63,22 @@ async def test_a_request_over_the_whole_quota_waits_for_a_full_bucket() -> None:
     wait = quota.take(500, anthropic=False).wait_s
     assert wait is not None
     assert 59 < wait <= 60
+
+
+async def test_a_global_latency_and_pacing_delay_every_reply() -> None:
+    import time
+
+    plan = ModelEndpointPlan(latency_s=0.2, interval_s=0.02)
+    app = ModelEndpoint(plan=plan).app()
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://endpoint"
+    ) as client:
+        started = time.monotonic()
+        plain = await client.post("/v1/chat/completions", json=CHAT)
+        assert time.monotonic() - started >= 0.2
+        started = time.monotonic()
+        streamed = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+        events = [block for block in streamed.text.split("\n\n") if block.strip()]
+        assert time.monotonic() - started >= 0.2 + 0.02 * (len(events) - 1)
+    assert plain.status_code == streamed.status_code == 200
+    assert "x-gym-fault-injected" not in plain.headers  # a latency for all is not a fault

@@ -120,7 +120,7 @@ def add_serve(commands: Subcommands) -> None:
         "--api-key",
         default=None,
         metavar="KEY",
-        help="require this key (Bearer or x-api-key) on every /v1 request ($GYM_FAILURES_API_KEY)",
+        help="require this key (Bearer or x-api-key) on every /v1 and /_gym request ($GYM_FAILURES_API_KEY)",
     )
     model.add_argument(
         "--rpm", type=_per_minute, default=None, metavar="N", help="a requests-per-minute quota (429s)"
