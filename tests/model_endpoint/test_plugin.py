@@ -204,3 +204,29 @@ def test_refused(model_endpoint):
 """
     )
     _run(pytester).assert_outcomes(passed=1)
+
+
+def test_an_async_agents_record_reaches_the_verdict(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_async="""
+import openai, pytest
+from gym_failures.client import observe_attempts, observed_failure
+
+@pytest.mark.asyncio
+async def test_agent(model_endpoint):
+    model_endpoint.force("cut_stream", stream=True)
+    async with openai.AsyncOpenAI(http_client=observe_attempts(openai.DefaultAsyncHttpxClient())) as client:
+        for _ in range(2):
+            stream = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            [chunk async for chunk in stream]
+            if observed_failure(stream) is None:
+                break
+    cut, answered = model_endpoint.journal()
+    assert cut.event_id in model_endpoint.client_log.report.events
+    verdict = model_endpoint.assert_recovered()
+    assert verdict.client_record and verdict.findings == []
+"""
+    )
+    _run(pytester).assert_outcomes(passed=1)
