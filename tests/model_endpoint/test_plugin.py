@@ -225,8 +225,9 @@ async def test_agent(model_endpoint):
                 break
     cut, answered = model_endpoint.journal()
     assert cut.event_id in model_endpoint.client_log.report.events
-    verdict = model_endpoint.assert_recovered()
-    assert verdict.client_record and verdict.findings == []
+    verdict = model_endpoint.assert_recovered()   # noticed the cut: recovered
+    assert verdict.client_record
+    assert [f.finding for f in verdict.findings] == ["no_backoff"]   # asked again at once: a warning
 """
     )
     _run(pytester).assert_outcomes(passed=1)
