@@ -680,22 +680,25 @@ class ModelEndpoint:
             )
             if outcome == "dropped" and not complete:
                 self._quiet.dropped()
-        self.journal.add(
-            request=request_key(route, note.body),
-            route=route,
-            model=note.model,
-            stream=note.stream,
-            started_s=started,
-            answered_s=note.answered_s,
-            ended_s=max(started, self.journal.now()),
-            status=status,
-            fault=None if fault is None else fault.name,
-            event_id=note.event_id if fault is not None else None,
-            retry_after_s=note.retry_after_s if status >= 400 else None,
-            delay_s=fault.delay_s if fault is not None and fault.name in _WAITS else None,
-            outcome=outcome,
-            sdk_retry_count=note.sdk_retry_count,
-        )
+        try:
+            self.journal.add(
+                request=request_key(route, note.body),
+                route=route,
+                model=note.model,
+                stream=note.stream,
+                started_s=started,
+                answered_s=note.answered_s,
+                ended_s=max(started, self.journal.now()),
+                status=status,
+                fault=None if fault is None else fault.name,
+                event_id=note.event_id if fault is not None else None,
+                retry_after_s=note.retry_after_s if status >= 400 else None,
+                delay_s=fault.delay_s if fault is not None and fault.name in _WAITS else None,
+                outcome=outcome,
+                sdk_retry_count=note.sdk_retry_count,
+            )
+        except ValueError as error:  # an attempt the journal cannot hold must not break its reply
+            LOGGER.warning("could not journal an attempt on %s (%s)", route, type(error).__name__)
 
     def _count(self, name: str, route: str) -> None:
         """The fault in the OpenTelemetry counter `gym_failures.model_endpoint.faults`, when
