@@ -297,6 +297,7 @@ def test_the_401_says_where_the_key_goes_unredacted(model_endpoint: ModelEndpoin
         ({"route": "/v1/messages"}, "chat", "messages"),
         ({"stream": True}, "chat", "chat_stream"),
         ({"model": "target"}, "chat", "chat_target"),
+        ({"tools": True}, "chat", "chat_tools"),
     ],
 )
 def test_the_scenario_queue_matches_route_model_and_stream(
@@ -308,7 +309,9 @@ def test_the_scenario_queue_matches_route_model_and_stream(
         if kind == "messages":
             body = {"model": "m", "max_tokens": 8, "messages": MESSAGES}
             return http.post("/v1/messages", json=body).status_code
-        body = {"model": "target" if kind == "chat_target" else "m", "messages": MESSAGES}
+        body: dict[str, Any] = {"model": "target" if kind == "chat_target" else "m", "messages": MESSAGES}
+        if kind == "chat_tools":
+            body["tools"] = TOOLS
         return http.post("/v1/chat/completions", json={**body, "stream": kind == "chat_stream"}).status_code
 
     assert send(misses) == 200

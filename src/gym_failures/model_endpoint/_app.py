@@ -18,7 +18,7 @@ Control routes (behind the API key when there is one):
     GET  /_gym/verdict   the recovery verdict (`?format=text` for text); POST with
                          {"client_event_ids": [...]} to judge with the client's record
     POST /_gym/faults    queue a scenario: {"fault": "quota_429", "times": 1, "route": ...,
-                         "model": ..., "stream": ..., "params": {"retry_after": 2}}
+                         "model": ..., "stream": ..., "tools": ..., "params": {"retry_after": 2}}
     GET  /_gym/faults    the queued scenarios
     POST /_gym/reset     forget the journal, the queue and the header counts
 
@@ -307,6 +307,7 @@ class ModelEndpoint:
         route: str | None = None,
         model: str | None = None,
         stream: bool | None = None,
+        tools: bool | None = None,
         **params: object,
     ) -> None:
         """Queue `fault` (with its header parameters) for the next `times` requests that match;
@@ -316,7 +317,7 @@ class ModelEndpoint:
             raise ValueError(f"times must be 1-1000, not {times}")
         if route is not None and route not in _ROUTES:
             raise ValueError(f"unknown route {route[:64]!r}; the routes are {', '.join(_ROUTES)}")
-        self._forced.push(Scenario(made, times=times, route=route, model=model, stream=stream))
+        self._forced.push(Scenario(made, times=times, route=route, model=model, stream=stream, tools=tools))
 
     def reset(self) -> None:
         """Forget the journal, the scenario queue and the header counts."""
@@ -417,7 +418,11 @@ class ModelEndpoint:
             return self.choose_fault(call)
         try:
             return self._forced.fault_for(
-                call.headers.get(FAULT_HEADER), route=route, model=call.model, stream=call.stream
+                call.headers.get(FAULT_HEADER),
+                route=route,
+                model=call.model,
+                stream=call.stream,
+                tools=call.tools,
             )
         except ValueError as error:
             raise ModelFailure(
@@ -496,16 +501,17 @@ class ModelEndpoint:
             params = body.get("params") or {}
             fault, times = body.get("fault"), body.get("times", 1)
             route, model, stream = body.get("route"), body.get("model"), body.get("stream")
+            tools = body.get("tools")
             if not isinstance(fault, str) or not isinstance(params, dict):
                 raise _bad_control("a scenario needs a `fault` name and `params` as an object")
             if times is not None and (type(times) is not int):
                 raise _bad_control("`times` must be a whole number or null")
-            if not all(v is None or isinstance(v, str) for v in (route, model)) or not (
-                stream is None or isinstance(stream, bool)
+            if not all(v is None or isinstance(v, str) for v in (route, model)) or not all(
+                v is None or isinstance(v, bool) for v in (stream, tools)
             ):
-                raise _bad_control("`route` and `model` must be text, `stream` true or false")
+                raise _bad_control("`route` and `model` must be text, `stream` and `tools` true or false")
             try:
-                self.force(fault, times=times, route=route, model=model, stream=stream, **params)
+                self.force(fault, times=times, route=route, model=model, stream=stream, tools=tools, **params)
             except (TypeError, ValueError) as error:
                 raise _bad_control(str(error)) from None
         return JSONResponse({"queued": self._forced.queued()})

@@ -22,9 +22,9 @@ A fault is forced for one request with `X-Gym-Fault: <name>`, optionally followe
 `X-Gym-Fault: none` forces no fault: the request passes whatever the queue or the plan would draw.
 
 The scenario queue (`ForcedFaults.push`; the control route `POST /_gym/faults`; the pytest fixture's
-`force`) holds faults for the next requests that match a route, a model and whether they stream,
-each for `times` requests. A request takes, in this order: its header's fault; else the first
-queued scenario it matches (oldest first); else the plan's draw.
+`force`) holds faults for the next requests that match a route, a model, whether they stream and
+whether they offer tools, each for `times` requests. A request takes, in this order: its header's
+fault; else the first queued scenario it matches (oldest first); else the plan's draw.
 
 How a plan draws: each request without a header or a matching scenario draws one number in [0, 1)
 from a `random.Random(seed)` shared by the server, and maps it onto the rates laid end to end in the
@@ -252,20 +252,23 @@ def parse_fault_header(value: str, plan: ModelEndpointPlan) -> tuple[Fault, int 
 @dataclass
 class Scenario:
     """A queued fault for the next `times` requests (`None`: until the queue is reset) matching
-    `route` (`/v1/responses`, ...), `model` and `stream` (`None` matches any)."""
+    `route` (`/v1/responses`, ...), `model`, `stream` and whether the request offers `tools` (`None`
+    matches any)."""
 
     fault: Fault
     times: int | None = 1
     route: str | None = None
     model: str | None = None
     stream: bool | None = None
+    tools: bool | None = None
     used: int = 0
 
-    def matches(self, route: str, model: str, stream: bool) -> bool:
+    def matches(self, route: str, model: str, stream: bool, tools: bool = False) -> bool:
         return (
             (self.route is None or self.route == route)
             and (self.model is None or self.model == model)
             and (self.stream is None or self.stream == stream)
+            and (self.tools is None or self.tools == tools)
         )
 
     def describe(self) -> dict[str, object]:
@@ -277,6 +280,7 @@ class Scenario:
             "route": self.route,
             "model": self.model,
             "stream": self.stream,
+            "tools": self.tools,
         }
 
 
@@ -309,7 +313,13 @@ class ForcedFaults:
             self._random = random.Random(self.plan.seed)
 
     def fault_for(
-        self, header: str | None, *, route: str = "", model: str = "", stream: bool = False
+        self,
+        header: str | None,
+        *,
+        route: str = "",
+        model: str = "",
+        stream: bool = False,
+        tools: bool = False,
     ) -> Fault | None:
         """The fault for a request with this header value (`None`: none sent): forced by the header,
         else by the first matching scenario, else drawn."""
@@ -326,7 +336,7 @@ class ForcedFaults:
             return None if fault.name == "none" else fault
         with self._lock:
             for scenario in self._queue:
-                if scenario.matches(route, model, stream):
+                if scenario.matches(route, model, stream, tools):
                     scenario.used += 1
                     if scenario.times is not None and scenario.used >= scenario.times:
                         self._queue.remove(scenario)

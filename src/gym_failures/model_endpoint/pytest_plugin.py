@@ -148,12 +148,16 @@ class ModelEndpointFixture:
         route: str | None = None,
         model: str | None = None,
         stream: bool | None = None,
+        tools: bool | None = None,
         **params: object,
     ) -> None:
         """Queue `fault` for the next `times` requests (`None`: every one) matching `route`
-        (`/v1/responses`, `/v1/chat/completions`, `/v1/messages`), `model` and `stream`; `params`
-        are the header's (`retry_after=2`, `code=529`, `after=3`, `delay=1`, ...)."""
-        self.endpoint.force(fault, times=times, route=route, model=model, stream=stream, **params)
+        (`/v1/responses`, `/v1/chat/completions`, `/v1/messages`), `model`, `stream` and whether the
+        request offers `tools`; `params` are the header's (`retry_after=2`, `code=529`, `after=3`,
+        `delay=1`, ...)."""
+        self.endpoint.force(
+            fault, times=times, route=route, model=model, stream=stream, tools=tools, **params
+        )
 
     def journal(self) -> list[Attempt]:
         """The attempts this test made, oldest first, once the replies still being sent have ended
