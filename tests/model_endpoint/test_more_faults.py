@@ -307,8 +307,8 @@ def test_the_scenario_queue_matches_route_model_and_stream(
 
     def send(kind: str) -> int:
         if kind == "messages":
-            body = {"model": "m", "max_tokens": 8, "messages": MESSAGES}
-            return http.post("/v1/messages", json=body).status_code
+            anthropic_body = {"model": "m", "max_tokens": 8, "messages": MESSAGES}
+            return http.post("/v1/messages", json=anthropic_body).status_code
         body: dict[str, Any] = {"model": "target" if kind == "chat_target" else "m", "messages": MESSAGES}
         if kind == "chat_tools":
             body["tools"] = TOOLS
