@@ -286,4 +286,4 @@ def test_a_plan_draws_the_same_faults_from_the_same_seed() -> None:
     first.reset()
     assert [getattr(first.fault_for(None), "name", None) for _ in range(50)] == draws
     with pytest.raises(ValidationError):
-        ModelEndpointPlan(rates={"none": 0.1})  # type: ignore[dict-item]
+        ModelEndpointPlan(rates={"none": 0.1})
