@@ -127,8 +127,8 @@ def _print_totals(console: Console, summary: Summary) -> None:
     if summary.expected_rollouts is not None:
         console.print(
             cell(
-                f"{plural(summary.expected_rollouts, 'rollout')} in the materialized inputs "
-                f"({', '.join(summary.materialized_inputs)}); {summary.missing_rollouts} left no row at all",
+                f"{plural(summary.expected_rollouts, 'rollout')} in the materialized inputs, "
+                f"{summary.missing_rollouts} left no row at all ({', '.join(summary.materialized_inputs)})",
                 style="yellow" if summary.missing_rollouts else "",
             )
         )
