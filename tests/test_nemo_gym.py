@@ -141,6 +141,26 @@ def test_a_cut_body_is_read_as_far_as_it_goes() -> None:
     assert found["failure_reason"].endswith("…")
 
 
+def test_a_body_is_read_to_nemo_gyms_bound_and_no_further() -> None:
+    """NeMo Gym keeps 2000 characters and a "…": a kind that ends within them is read, one past not."""
+    kind = '"failure_kind": "agent_run_error"'
+    at_bound = "{" + " " * (nemo_gym.MAX_BODY_CHARS + 1 - len(kind) - 1) + kind
+    assert len(at_bound) == nemo_gym.MAX_BODY_CHARS + 1
+    assert nemo_gym.reported_failure(at_bound) is not None
+    assert nemo_gym.reported_failure("{ " + at_bound[1:]) is None
+
+
+def test_a_kind_is_at_most_128_characters(tmp_path: Path) -> None:
+    for length, found in ((128, True), (129, False)):
+        body = json.dumps({"failure_kind": "k" * length, "event_id": "e"})
+        assert (nemo_gym.reported_failure(body) is not None) is found
+        rows = tmp_path / f"rows-{length}.jsonl"
+        rows.write_text(
+            json.dumps({"_ng_failure_class": "agent_run_error", "_ng_failure_response_body": body}) + "\n"
+        )
+        assert len(summarize([rows]).by_reported_kind) == found
+
+
 def test_a_body_that_is_not_ours_names_nothing() -> None:
     for body in (None, "", "Internal Server Error", '{"detail": "boom"}', "[1]", 7, '{"failure_kind": "X"}'):
         assert nemo_gym.reported_failure(body) is None
