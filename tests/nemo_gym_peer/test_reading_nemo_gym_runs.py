@@ -41,7 +41,11 @@ def test_only_nemo_gyms_row_files_are_read_as_rows(runs: tuple[Path, dict[str, A
         assert [path.name for path in row_files(run)] == [
             name for name in ("rollouts.jsonl", "rollouts_failures.jsonl") if (run / name).exists()
         ]
-        assert summarize([run]).other_rows == 0
+        summary = summarize([run])
+        assert summary.other_rows == 0
+        health = reading["health"]
+        assert health["artifacts"]["records"] == summary.success_rows, "its checks read the rows we read"
+        assert sum(health["verdicts"].values()) == summary.success_rows
 
 
 def test_the_gate_counts_the_materialized_inputs_as_nemo_gym_does(runs: tuple[Path, dict[str, Any]]) -> None:

@@ -163,7 +163,7 @@ def build_mixed(run: Path, agent_rows: list[dict[str, Any]]) -> None:
     # (5, 0) and (5, 1): killed mid-flight (kill-shaped rows are never written) or drained.
     migrated = migrate_invalid_judge_main_rows(run / "rollouts.jsonl")
     assert migrated == 1, migrated
-    run_health_checks(run / "rollouts.jsonl", output_dir=run, workers=1)
+    _health(run)
 
 
 def build_killed(run: Path, agent_rows: list[dict[str, Any]]) -> None:
@@ -171,7 +171,14 @@ def build_killed(run: Path, agent_rows: list[dict[str, Any]]) -> None:
     del agent_rows
     _inventory(run, tasks=10, repeats=1)
     _write(run / "rollouts.jsonl", [_result((index, 0), reward=1.0) for index in range(8)])
-    run_health_checks(run / "rollouts.jsonl", output_dir=run, workers=1)
+    _health(run)
+
+
+def _health(run: Path) -> None:
+    """NeMo Gym's health checks over the run's rows, their reports written beside them, as its
+    collector writes them after a run; what they counted is kept for the readings."""
+    result = run_health_checks(run / "rollouts.jsonl", output_dir=run, workers=1)
+    (run.parent / f"{run.name}.health.json").write_bytes(orjson.dumps(result.summary["run"]))
 
 
 CASES = {"mixed": build_mixed, "killed": build_killed}
@@ -216,6 +223,7 @@ def _readings(run: Path) -> dict[str, Any]:
         ],
         "latest_classes": {f"{key[0]}:{key[1]}": row.get("_ng_failure_class") for key, row in latest.items()},
         "files": sorted(path.name for path in run.iterdir()),
+        "health": orjson.loads((run.parent / f"{run.name}.health.json").read_bytes()),
     }
 
 
