@@ -87,6 +87,7 @@ def read_row(row: dict[str, Any]) -> dict[str, Any]:
         "failure_reason": failure.get("failure_reason"),
         "stage": failure.get("stage"),
         "masked": view.get("masked", False),
+        "degraded": view.get("degraded", False),
     }
 
 
@@ -174,6 +175,18 @@ def _row_inputs() -> list[tuple[str, dict[str, Any]]]:
                 "response": response,
                 "mask_sample": True,
                 "failure_reason": "no verdict",
+                "failure_kind": "judge_failed",
+            },
+        ),
+        (
+            "NeMo Gym degraded row: a kind named, not masked",
+            {
+                "_ng_task_index": 0,
+                "_ng_rollout_index": 0,
+                "reward": 1.0,
+                "response": response,
+                "mask_sample": False,
+                "failure_reason": "judge retried once",
                 "failure_kind": "judge_failed",
             },
         ),
