@@ -13,6 +13,12 @@ boundary with `default_failure_kind`, its type recorded and a bounded reason fro
 URL secrets and the request's own credential values are removed. If the response had already started,
 the exception is re-raised and no second start is ever sent.
 
+An HTTP library's own status error (an `aiohttp.ClientResponseError` from NeMo Gym's `raise_for_status`
+or `response.raise_for_status()`, an httpx `HTTPStatusError`), or an exception raised `from` one,
+keeps the upstream reply's headers: the upstream failure they report is rebuilt
+(`gym_failures.client.status_error_failure`) and becomes the cause of this server's failure, so call
+sites that never use gym-failures' client helpers still send the cause chain with its origin ids.
+
 Streaming replies pass through byte for byte: `send` is wrapped, never buffered. A server puts the
 report into its terminal SSE event with `stream_failure_field` (from `gym_failures.reply`, re-exported
 here); a relay passes a stream on unchanged with `relay_stream`, which reads the stream's report and
@@ -67,6 +73,7 @@ from collections.abc import (
 from typing import Any, Literal
 
 from gym_failures._request_log import CURRENT_REQUEST_LOG
+from gym_failures.client import status_error_failure
 from gym_failures.failure_kinds import INFRASTRUCTURE_ERROR, FailureStage
 from gym_failures.failure_records import FailureBoundary, FailureEvent, FailureReport
 from gym_failures.failure_transport import FailureHeader, RequestFailureLog, StreamFailureReportReader
@@ -189,8 +196,10 @@ class FailureReportMiddleware:
             stage=self.stage,
             exception_type=type_name,
         )
-        # An explicit cause: the Gym failure under `error`, if any, becomes this failure's cause.
-        failure.__cause__ = error
+        # An explicit cause: the Gym failure under `error`, if any, becomes this failure's cause; else
+        # the upstream failure an HTTP status error's reply named (NeMo Gym's `raise_for_status`).
+        upstream = status_error_failure(error)
+        failure.__cause__ = error if upstream is None else upstream
         return failure
 
     def _failure_of(

@@ -1,0 +1,79 @@
+"""`gym_failures.nemo_gym_server` on its own: the secrets it finds in a config, and the boundary a
+class must name. The real NeMo Gym servers are in tests/nemo_gym_peer/test_nemo_gym_servers.py."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+from pydantic import BaseModel, SecretStr
+from starlette.applications import Starlette
+
+from gym_failures.failure_records import FailureBoundary
+from gym_failures.nemo_gym_server import boundary_of, instrument, instrument_app, server_secrets
+from gym_failures.redaction import forget_registered_secrets
+
+
+class _Config(BaseModel):
+    name: str = "judge"
+    host: str = "127.0.0.1"
+    judge_api_key: str = "judge-key-0123456789"
+    policy_token: SecretStr = SecretStr("secret-str-value-42")
+    extra_headers: dict[str, str] = {
+        "Authorization": "Bearer header-token-abcdef",
+        "X-Trace": "trace-id-1234",
+    }
+    tokenless: int = 7
+    short_key: str = "abc"
+
+
+class _Client:
+    global_config_dict: ClassVar[dict[str, object]] = {
+        "other_server": {"models": {"openai_api_key": "global-key-9876543210"}}
+    }
+
+
+class _Server:
+    config = _Config()
+    server_client = _Client()
+
+
+def test_the_secrets_are_every_string_under_a_secret_key_and_every_secret_str() -> None:
+    assert set(server_secrets(_Server())) == {
+        "judge-key-0123456789",
+        "secret-str-value-42",
+        "Bearer header-token-abcdef",
+        "header-token-abcdef",
+        "trace-id-1234",  # under a "header" key: NeMo Gym masks it, so it is registered too
+        "global-key-9876543210",
+    }
+
+
+def test_a_secret_too_short_to_redact_is_logged_by_its_key_only(caplog: pytest.LogCaptureFixture) -> None:
+    server_secrets(_Server())
+    assert "'short_key'" in caplog.text
+    assert "abc" not in caplog.text.replace("'short_key'", "")
+
+
+def test_instrument_app_adds_the_middleware_once() -> None:
+    app = Starlette()
+    try:
+        instrument_app(app, _Server(), boundary="resources_server")
+        instrument_app(app, _Server(), boundary="resources_server")
+    finally:
+        forget_registered_secrets()
+    assert [getattr(entry.cls, "__name__", None) for entry in app.user_middleware] == [
+        "FailureReportMiddleware"
+    ]
+
+
+def test_a_class_that_is_no_nemo_gym_server_must_name_its_boundary() -> None:
+    class Plain:
+        def setup_webserver(self) -> Starlette:
+            return Starlette()
+
+    with pytest.raises(ValueError, match="name its boundary"):
+        boundary_of(Plain)
+    assert instrument(Plain, boundary="sandbox") is Plain
+    assert instrument(Plain, boundary="sandbox") is Plain
+    assert Plain.__dict__["__gym_failures_instrumented__"] == FailureBoundary.SANDBOX
