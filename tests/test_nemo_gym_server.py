@@ -6,12 +6,14 @@ from __future__ import annotations
 from typing import ClassVar
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel, SecretStr
 from starlette.applications import Starlette
 
 from gym_failures.failure_records import FailureBoundary
 from gym_failures.nemo_gym_server import boundary_of, instrument, instrument_app, server_secrets
-from gym_failures.redaction import forget_registered_secrets
+from gym_failures.redaction import MIN_KNOWN_SECRET, forget_registered_secrets
 
 
 class _Config(BaseModel):
@@ -77,3 +79,32 @@ def test_a_class_that_is_no_nemo_gym_server_must_name_its_boundary() -> None:
     assert instrument(Plain, boundary="sandbox") is Plain
     assert instrument(Plain, boundary="sandbox") is Plain
     assert Plain.__dict__["__gym_failures_instrumented__"] == FailureBoundary.SANDBOX
+
+
+_CONFIG = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=30),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["api_key", "host", "headers", "name", "x", "Token"]) | st.text(max_size=8),
+            children,
+            max_size=4,
+        )
+    ),
+    max_leaves=25,
+)
+
+
+class _Any:
+    def __init__(self, config: object, global_config: object) -> None:
+        self.config = config
+        self.server_client = type("Client", (), {"global_config_dict": global_config})()
+
+
+@given(_CONFIG, _CONFIG)
+def test_any_config_gives_secrets_found_in_it_never_a_crash(config: object, global_config: object) -> None:
+    secrets = server_secrets(_Any(config, global_config))
+    text = repr((config, global_config))
+    assert all(len(secret) >= MIN_KNOWN_SECRET for secret in secrets)
+    assert all(repr(secret)[1:-1] in text for secret in secrets)
+    assert len(secrets) == len(set(secrets))

@@ -215,9 +215,13 @@ class FailureReportMiddleware:
             return error
         if isinstance(error, BaseExceptionGroup):
             leaves = list(_leaves(error))
-            # A leaf raised `from` a Gym failure carries it, as outside a group.
+            # A leaf raised `from` a Gym failure carries it, as outside a group; so does a library's
+            # status error with the upstream reply's report.
             found = (
-                leaf if isinstance(leaf, NgFailureEvent) else explicit_gym_cause(leaf) for leaf in leaves
+                leaf
+                if isinstance(leaf, NgFailureEvent)
+                else explicit_gym_cause(leaf) or status_error_failure(leaf)
+                for leaf in leaves
             )
             gym = [failure for failure in found if failure is not None]
             if len(leaves) == 1 and isinstance(leaves[0], NgFailureEvent):

@@ -3,6 +3,7 @@ headers the error kept; and the middleware making it the cause of a handler's fa
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 
@@ -29,11 +30,14 @@ from tests.client.servers import CAUSE_ID, FAILURE_ID, QUERY_SECRET, TLS, servin
 SECRET_HEADER = "Bearer sk-requestsecret0123456789"
 
 
-async def _aiohttp_error(url: str) -> aiohttp.ClientResponseError:
+async def _aiohttp_error(url: str, *, raise_it: bool = False) -> aiohttp.ClientResponseError:
+    """aiohttp's own status error for a GET of `url` (raised, with `raise_it`)."""
     async with (
         aiohttp.ClientSession() as session,
         session.get(url, headers={"Authorization": SECRET_HEADER}) as response,
     ):
+        if raise_it:
+            response.raise_for_status()
         with pytest.raises(aiohttp.ClientResponseError) as raised:
             response.raise_for_status()
     return raised.value
@@ -98,6 +102,10 @@ def agent_url(base_url: str) -> Iterator[str]:
     used gym-failures' client does (`plain` wraps it in a `RuntimeError`)."""
 
     async def run(request: Request) -> Response:
+        if "group" in request.query_params:  # two calls at once in a task group: one fails
+            async with asyncio.TaskGroup() as group:
+                group.create_task(asyncio.sleep(0))
+                group.create_task(_aiohttp_error(f"{base_url}/fail", raise_it=True))
         async with aiohttp.ClientSession() as session, session.get(f"{base_url}/fail") as response:
             if "wrap" not in request.query_params:
                 response.raise_for_status()
@@ -113,7 +121,7 @@ def agent_url(base_url: str) -> Iterator[str]:
         yield url
 
 
-@pytest.mark.parametrize("query", ["", "?wrap=1"])
+@pytest.mark.parametrize("query", ["", "?wrap=1", "?group=1"])
 async def test_the_middleware_makes_the_upstream_failure_the_cause(agent_url: str, query: str) -> None:
     async with httpx.AsyncClient(verify=TLS) as http:
         response = await http.get(f"{agent_url}/run{query}")
