@@ -2,8 +2,8 @@
 
 - `GfResources` (`SimpleResourcesServer`): its `/verify` answers by the request's `mode`: `ok`
   scores 1.0; `chain` raises a gym-failures `ResourcesServerFailure` from a `ModelFailure` (a judge
-  model's 503), whose reason quotes the server's own config secret and the request's headers, as a
-  careless verifier would; `plain` raises a plain `RuntimeError` quoting the same. The ids of the
+  model's 503), whose reason quotes the server's own config secret and the request's bearer token,
+  bare, as a careless verifier would; `plain` raises a plain `RuntimeError` quoting the same. The ids of the
   events it raises go to `$GF_EVENTS` (one JSON line a failure), so a test knows the upstream's ids.
 - `GfAgent` (`SimpleResponsesAPIAgent`): its `/run` forwards its caller's `Authorization` header to the
   resources server's `/verify` (a proxying agent) through NeMo Gym's `ServerClient`, then calls NeMo
@@ -130,7 +130,10 @@ class GfResources(SimpleResourcesServer):
         return app
 
     async def verify(self, request: Request, body: GfVerifyRequest) -> BaseVerifyResponse:
-        careless = f"the judge refused {self.config.judge_api_key} for {dict(request.headers)!r}"
+        # Both bare, in no shape a pattern knows: only the registered secret and the request's own
+        # credential values can remove them.
+        token = request.headers.get("authorization", "").partition(" ")[2]
+        careless = f"the judge refused {self.config.judge_api_key} for the caller's {token}"
         if body.mode == "chain":
             judge = ModelFailure(
                 failure_kind=MODEL_SERVER_ERROR, failure_reason="the judge model answered 503"
