@@ -12,7 +12,7 @@ or, for a server class you do not own (a bundled agent), in its entrypoint::
 
 NeMo Gym builds each server's app in the server's `setup_webserver()`, which its
 `SimpleServer.run_webserver()` calls before it adds NeMo Gym's own exception middleware, its
-cancellation middleware and OpenTelemetry's (nemo_gym/server_utils.py:1345-1372). `instrument(cls)`
+cancellation middleware and OpenTelemetry's (nemo_gym/server_utils.py:1355-1379). `instrument(cls)`
 wraps the class's `setup_webserver` so that every app it builds, in every worker:
 
 - sends each request's failure report (`gym_failures.asgi.FailureReportMiddleware`, the boundary
@@ -25,26 +25,29 @@ wraps the class's `setup_webserver` so that every app it builds, in every worker
   chain without a change;
 - registers the server's secrets (`gym_failures.redaction.register_secret`): every string in its
   config and in the global config it was given under a key NeMo Gym calls secret
-  (`nemo_gym.secret_utils.looks_like_secret_key`: "token", "key", "header") or that names a secret
-  (secret, password, auth, credential, cookie, signature), whole sub-trees included, a bearer value's
-  token too, and every `SecretStr`. No failure text this process sends or logs holds them.
+  (`nemo_gym.secret_utils.looks_like_secret_key`, nemo_gym/secret_utils.py:24: "token", "key",
+  "header") or that names one (secret, password, auth, credential, cookie, signature), whole
+  sub-trees included, a bearer value's token too, and every `SecretStr`. No failure text this
+  process sends or logs holds them.
 
 The boundary by base class, matched by name along the MRO as NeMo Gym matches its server types
-(nemo_gym/server_utils.py:1044): `SimpleResourcesServer` is `resources_server`,
+(nemo_gym/server_utils.py:1045): `SimpleResourcesServer` is `resources_server`,
 `SimpleResponsesAPIAgent` is `agent`, `SimpleResponsesAPIModel` is `model`, `BaseEnvironmentServer`
 is `environment`; another class names its own with `boundary=`.
 
 Decisions:
 - The call takes the class, not an instance or an app: `run_webserver()` makes the instance and
   the app itself, so the class is what a user holds. It changes the class in place (as a class
-  decorator does) and returns it; calling it again, or on a subclass, adds nothing twice.
+  decorator does) and returns it. Calling it again adds nothing; a subclass of an instrumented class
+  is instrumented already, with its parent's boundary (its app gets the middleware once).
 - A model server's failure replies are in the shape its callers' SDKs read: Anthropic's on
   `/v1/messages`, OpenAI's elsewhere; every other server's are gym-failures' own body.
 - A config value is registered when either NeMo Gym's rule or ours calls its key secret: the cost of
   a wrongly registered value is a word redacted from a failure text, never from data. A value shorter
   than `gym_failures.redaction.MIN_KNOWN_SECRET` cannot be registered; its key is logged, never it.
-- NeMo Gym is imported only when a server's app is built: this module imports nothing of it, or of
-  any web framework, itself.
+- This module imports neither NeMo Gym nor a web framework: it needs only what a server and its app
+  are (`config`, `server_client.global_config_dict`, `add_middleware`, `state`), and OmegaConf,
+  when a global config is one, to read it. NeMo Gym's secret-key rule is matched, not imported.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ async def _read_body(response: aiohttp.ClientResponse, limit: int) -> bytes:
 
 def _status_error_reply(error: BaseException) -> tuple[Reply, bytes] | None:
     """An error status's reply as `response.raise_for_status()` kept it: its headers, and the body
-    NeMo Gym's own `raise_for_status` adds as `response_content` (nemo_gym/server_utils.py:668)."""
+    NeMo Gym's own `raise_for_status` adds as `response_content` (nemo_gym/server_utils.py:667)."""
     if not isinstance(error, aiohttp.ClientResponseError) or _unreadable_reply(error):
         return None
     headers = error.headers if error.headers is not None else {}

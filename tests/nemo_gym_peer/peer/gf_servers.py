@@ -17,7 +17,7 @@ The resources server records into the OpenTelemetry SDK on NeMo Gym's resource f
 Each class gets gym-failures with its one call, `instrument`; nothing else here knows gym-failures
 but the failures the resources server raises. Run as a script, this starts the server that
 `NEMO_GYM_CONFIG_PATH` names with its class's `run_webserver()`, as NeMo Gym's `RunHelper` starts every
-server (nemo_gym/cli/env.py:505).
+server (nemo_gym/cli/env.py:507).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class GfResources(SimpleResourcesServer):
         lacks a name 0.7.0 imports (`nemo.lens.semconv.NV_DL_RANK`, nemo_gym/telemetry/setup.py:401),
         so 0.7.0 runs with telemetry off there. The attributes are NeMo Gym's, from its own code: the
         ones `init_telemetry` puts on the resource (nemo_gym/telemetry/setup.py:439), for the
-        server type `run_webserver` names (nemo_gym/server_utils.py:1166)."""
+        server type `run_webserver` names (nemo_gym/server_utils.py:1165)."""
         from nemo_gym.server_utils import _telemetry_server_type
         from nemo_gym.telemetry.setup import _build_resource_attributes
         from opentelemetry import metrics

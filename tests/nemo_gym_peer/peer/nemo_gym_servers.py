@@ -3,7 +3,7 @@
     nemo_gym_servers.py WORK_DIR HEADER_CANARY CONFIG_CANARY
 
 Each server is its own process started with its class's `run_webserver()` and the global config in
-`NEMO_GYM_CONFIG_DICT`, as NeMo Gym's `RunHelper` starts them (nemo_gym/cli/env.py:505). Every
+`NEMO_GYM_CONFIG_DICT`, as NeMo Gym's `RunHelper` starts them (nemo_gym/cli/env.py:507). Every
 call goes through NeMo Gym's own `ServerClient.post` and `raise_for_status`; the collector side sends
 `Authorization: Bearer HEADER_CANARY`, and the resources server's config holds CONFIG_CANARY as
 `judge_api_key`.
