@@ -20,8 +20,10 @@ wraps the class's `setup_webserver` so that every app it builds, in every worker
   failure reply is a response there and NeMo Gym leaves it alone;
 - rebuilds the upstream failure a handler's `ClientResponseError` names: NeMo Gym's own
   `raise_for_status` (nemo_gym/server_utils.py:655) keeps the upstream reply's headers and body on
-  it, so the middleware makes the upstream failure (same kind, event and origin ids, its causes) the
-  cause of this server's failure. Existing `await raise_for_status(response)` call sites keep the
+  it, so the middleware rebuilds the upstream failure (same kind, event and origin ids, its causes).
+  When the error escapes the handler, the reply is that failure, as a call site rewritten to
+  `raise_boundary_failure` would send; an exception raised `from` it is this server's failure with
+  the upstream one as its cause. Existing `await raise_for_status(response)` call sites keep the
   chain without a change;
 - registers the server's secrets (`gym_failures.redaction.register_secret`): every string in its
   config and in the global config it was given under a key NeMo Gym calls secret

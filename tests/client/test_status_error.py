@@ -98,21 +98,26 @@ async def test_gym_failures_own_status_error_gives_none_as_it_carries_its_failur
 
 @pytest.fixture(scope="module")
 def agent_url(base_url: str) -> Iterator[str]:
-    """An agent whose handler calls the model and raises aiohttp's own status error, as code that never
-    used gym-failures' client does (`plain` wraps it in a `RuntimeError`)."""
+    """An agent whose handler calls the model and lets the failed call's status error escape, as code
+    that never used gym-failures' client does: aiohttp's own (`escape`), from a task group (`group`),
+    gym-failures' own `raise_for_status` (`ours`), or a `RuntimeError` raised from it (`wrap`)."""
 
     async def run(request: Request) -> Response:
-        if "group" in request.query_params:  # two calls at once in a task group: one fails
+        mode = request.query_params["mode"]
+        url = f"{base_url}/fail"
+        if mode == "group":
             async with asyncio.TaskGroup() as group:
                 group.create_task(asyncio.sleep(0))
-                group.create_task(_aiohttp_error(f"{base_url}/fail", raise_it=True))
-        async with aiohttp.ClientSession() as session, session.get(f"{base_url}/fail") as response:
-            if "wrap" not in request.query_params:
-                response.raise_for_status()
-            try:
-                response.raise_for_status()
-            except aiohttp.ClientResponseError as error:
-                raise RuntimeError("the model call failed") from error
+                group.create_task(_aiohttp_error(url, raise_it=True))
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            if mode == "ours":
+                await raise_for_status(response, boundary="model")
+            if mode == "wrap":
+                try:
+                    response.raise_for_status()
+                except aiohttp.ClientResponseError as error:
+                    raise RuntimeError("the model call failed") from error
+            response.raise_for_status()
         return Response("unreachable")
 
     app = Starlette(routes=[Route("/run", run)])
@@ -121,19 +126,38 @@ def agent_url(base_url: str) -> Iterator[str]:
         yield url
 
 
-@pytest.mark.parametrize("query", ["", "?wrap=1", "?group=1"])
-async def test_the_middleware_makes_the_upstream_failure_the_cause(agent_url: str, query: str) -> None:
+async def _agent_report(agent_url: str, mode: str) -> FailureReport:
     async with httpx.AsyncClient(verify=TLS) as http:
-        response = await http.get(f"{agent_url}/run{query}")
+        response = await http.get(f"{agent_url}/run", params={"mode": mode})
     assert response.status_code == 500
     report = FailureHeader.decode(response.headers)
     assert report is not None
+    assert report.failure_id is not None
+    assert json.loads(response.text)["event_id"] == report.failure_id
+    return report
+
+
+@pytest.mark.parametrize("mode", ["escape", "group", "ours"])
+async def test_a_status_error_that_escapes_the_handler_replies_the_upstream_failure(
+    agent_url: str, mode: str
+) -> None:
+    """As `raise_boundary_failure` would have raised it: the model's failure, with its own ids, not an
+    agent `infrastructure_error` that would make a model-side failure an evaluation-side one."""
+    report = await _agent_report(agent_url, mode)
+    assert report.failure_id == FAILURE_ID
+    assert report.events[FAILURE_ID].boundary == FailureBoundary.MODEL
+    assert report.events[FAILURE_ID].cause_id == CAUSE_ID
+
+
+async def test_an_exception_raised_from_a_status_error_has_the_upstream_failure_as_cause(
+    agent_url: str,
+) -> None:
+    report = await _agent_report(agent_url, "wrap")
     assert report.failure_id is not None
     agent = report.events[report.failure_id]
     assert (agent.boundary, agent.failure_kind) == (FailureBoundary.AGENT, INFRASTRUCTURE_ERROR)
     assert agent.cause_id == FAILURE_ID
     assert report.events[FAILURE_ID].cause_id == CAUSE_ID
-    assert json.loads(response.text)["event_id"] == report.failure_id
 
 
 # --- property: any status error, any headers and body --------------------------------------------

@@ -2,9 +2,10 @@
 own `ServerClient` and `raise_for_status` (`peer/gf_servers.py`, `peer/nemo_gym_servers.py`).
 
 The agent's call sites are NeMo Gym's (`await raise_for_status(response)`), unchanged: its reply
-still carries the resources server's failure, with the ids the resources server made, as the cause
-of its own. A canary secret in the collector's request header and one in the resources server's
-config reach no header, body or log line.
+carries the resources server's failure with the ids the resources server made, as a call site
+rewritten to `raise_boundary_failure` would (and as the cause of the agent's own failure when the
+agent raises from NeMo Gym's error). A canary secret in the collector's request header and one in
+the resources server's config reach no header, body or log line.
 """
 
 from __future__ import annotations
@@ -35,18 +36,15 @@ def _report(call: dict[str, Any]) -> FailureReport:
     return FailureReport.model_validate(call["report"])
 
 
-def test_the_agents_reply_carries_the_resources_failure_with_its_ids_as_its_cause(
-    peer: dict[str, Any],
-) -> None:
+def test_the_agents_reply_carries_the_resources_failure_with_its_ids(peer: dict[str, Any]) -> None:
+    """NeMo Gym's `ClientResponseError` escaped the agent's handler: the agent replies with the
+    resources server's failure, as `raise_boundary_failure` would have raised it, ids and causes as the
+    resources server made them."""
     call = peer["agent_chain"]
     assert call["status"] == 500
     report = _report(call)
-    assert report.failure_id is not None
-    agent = report.events[report.failure_id]
-    assert agent.boundary.value == "agent"
-    assert agent.exception_type == "aiohttp.client_exceptions.ClientResponseError"
     made = peer["events"][0]  # what the resources server raised, in its own process
-    assert agent.cause_id == made["event_id"]
+    assert report.failure_id == made["event_id"]
     upstream = report.events[made["event_id"]]
     assert (upstream.boundary.value, upstream.failure_kind) == ("resources_server", "verifier_error")
     assert upstream.cause_id == made["cause_id"]
@@ -54,24 +52,27 @@ def test_the_agents_reply_carries_the_resources_failure_with_its_ids_as_its_caus
     assert (judge.boundary.value, judge.failure_kind) == ("model", "model_server_error")
 
 
-def test_an_exception_raised_from_nemo_gyms_error_keeps_the_chain(peer: dict[str, Any]) -> None:
+def test_an_exception_raised_from_nemo_gyms_error_is_the_agents_caused_by_the_upstream(
+    peer: dict[str, Any],
+) -> None:
     report = _report(peer["agent_wrapped"])
     assert report.failure_id is not None
     agent = report.events[report.failure_id]
+    assert agent.boundary.value == "agent"
     assert (agent.exception_type, agent.failure_reason) == (
         "RuntimeError",
         "RuntimeError: the verification failed",
     )
-    assert agent.cause_id == peer["events"][1]["event_id"]
-    assert report.events[peer["events"][1]["event_id"]].failure_kind == "verifier_error"
+    made = peer["events"][1]
+    assert agent.cause_id == made["event_id"]
+    assert report.events[made["event_id"]].failure_kind == "verifier_error"
+    assert report.events[made["event_id"]].cause_id == made["cause_id"]
 
 
 def test_a_plain_exception_upstream_arrives_as_the_upstreams_own_failure(peer: dict[str, Any]) -> None:
     report = _report(peer["agent_plain"])
     assert report.failure_id is not None
-    cause_id = report.events[report.failure_id].cause_id
-    assert cause_id is not None
-    upstream = report.events[cause_id]
+    upstream = report.events[report.failure_id]
     assert (upstream.boundary.value, upstream.exception_type) == ("resources_server", "RuntimeError")
 
 
@@ -103,7 +104,7 @@ def test_no_canary_reaches_a_header_a_body_or_a_log(peer: dict[str, Any]) -> Non
     reason = resources.events[resources.failure_id or ""].failure_reason
     assert reason == "the judge refused [REDACTED] for the caller's [REDACTED]"
     assert "request failed: verifier_error" in peer["logs"]["gf_resources"]["stderr"]
-    assert "request failed: infrastructure_error" in peer["logs"]["gf_agent"]["stderr"]
+    assert "request failed: infrastructure_error (agent" in peer["logs"]["gf_agent"]["stderr"]
 
 
 def test_our_failure_metric_is_on_nemo_gyms_resource_in_its_server_process(peer: dict[str, Any]) -> None:

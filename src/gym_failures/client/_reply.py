@@ -196,18 +196,19 @@ def reply_failure(
 _MAX_STATUS_ERROR_CHAIN = 16
 
 
-def status_error_failure(error: BaseException) -> NgFailureEvent | None:
+def status_error_failure(error: BaseException, *, chain: bool = True) -> NgFailureEvent | None:
     """The remote failure an HTTP library's own status error names, rebuilt (same event id, kind,
     boundary, stage and causes), or `None`.
 
     `error` is an `aiohttp.ClientResponseError` (from `response.raise_for_status()` or NeMo Gym's
-    `raise_for_status`) or an httpx/httpx2 `HTTPStatusError`, or an exception raised `from` one (the
-    nearest on its explicit `__cause__` chain is read). Its reply's report is observed into the
-    current request's log, as `raise_for_status` observes a reply's; the exchange goes in
-    `http_details`: method, URL without secrets, status, the redacted excerpt of the body the error
-    kept, `Retry-After`. The request's headers, which the error also holds, are never read. `None` when
-    no status error is on the chain, when its reply carried no report (or an omitted one, which is
-    still observed), and for this package's own status errors, which carry their failure already.
+    `raise_for_status`) or an httpx/httpx2 `HTTPStatusError`, or, with `chain`, an exception raised
+    `from` one (the nearest on its explicit `__cause__` chain is read). Its reply's report is
+    observed into the current request's log, as `raise_for_status` observes a reply's; the exchange
+    goes in `http_details`: method, URL without secrets, status, the redacted excerpt of the body the
+    error kept, `Retry-After`. The request's headers, which the error also holds, are never read.
+    `None` when no status error is on the chain, when its reply carried no report (or an omitted one,
+    which is still observed), and for this package's own status errors, which carry their failure
+    already (`.failure`).
     """
     seen: set[int] = set()
     current: BaseException | None = error
@@ -221,7 +222,7 @@ def status_error_failure(error: BaseException) -> NgFailureEvent | None:
         read = None if library is None else library.status_error_reply(current)
         if read is not None:
             return _status_error_failure(*read)
-        current = current.__cause__
+        current = current.__cause__ if chain else None
     return None
 
 
