@@ -10,8 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, SecretStr
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.testclient import TestClient
 
+from gym_failures.failure_kinds import MODEL_SERVER_ERROR
 from gym_failures.failure_records import FailureBoundary
+from gym_failures.failures import ModelFailure
 from gym_failures.nemo_gym_server import boundary_of, instrument, instrument_app, server_secrets
 from gym_failures.redaction import MIN_KNOWN_SECRET, forget_registered_secrets
 
@@ -108,3 +114,18 @@ def test_any_config_gives_secrets_found_in_it_never_a_crash(config: object, glob
     assert all(len(secret) >= MIN_KNOWN_SECRET for secret in secrets)
     assert all(repr(secret)[1:-1] in text for secret in secrets)
     assert len(secrets) == len(set(secrets))
+
+
+def test_a_model_servers_failure_replies_are_in_its_callers_sdk_shapes() -> None:
+    async def fail(request: Request) -> Response:
+        raise ModelFailure(failure_kind=MODEL_SERVER_ERROR, failure_reason="the model crashed")
+
+    app = Starlette(
+        routes=[Route("/v1/messages", fail, methods=["POST"]), Route("/v1/responses", fail, methods=["POST"])]
+    )
+    instrument_app(app, object(), boundary="model")
+    with TestClient(app, raise_server_exceptions=False) as client:
+        anthropic = client.post("/v1/messages").json()
+        openai = client.post("/v1/responses").json()
+    assert (anthropic["type"], anthropic["error"]["type"]) == ("error", "api_error")
+    assert openai["error"]["code"] == MODEL_SERVER_ERROR
