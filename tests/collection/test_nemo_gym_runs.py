@@ -140,7 +140,8 @@ async def test_a_failure_row_carries_nemo_gym_failure_keys_and_its_record(
     assert nemo_gym.ATTEMPT_INDEX not in raw, "NeMo Gym leaves the index out on the first attempt"
     record = read_rollout_failure(raw["rollout_failure"])
     assert (record.source, record.delivery, record.http_status) == ("environment", "delivered", 200)
-    assert record.episode_id.rollout_id == "0:0"
+    assert (record.episode_id.rollout_id, record.episode_id.attempt) == ("0-0", 0)  # NeMo Gym's form
+    assert (record.episode_id.gym_rollout_id, record.episode_id.gym_attempt) == ("0:0", 1)
     manifest = json.loads(config.manifest_path.read_text())
     assert record.run_id == manifest["run_id"]
 
