@@ -152,6 +152,8 @@ class NemoGymWorld:
         ready = self._answer()
         if not ready.get("ready"):
             raise PeerFailed(f"the world did not start: {ready}")
+        self.urls: dict[str, str] = dict(ready["urls"])
+        """Each server's base URL by its config name: the agent's is `urls[agent_name]`."""
 
     def _answer(self) -> dict[str, Any]:
         assert self._process.stdout is not None

@@ -6,7 +6,9 @@ is parsed by NeMo Gym's own `GlobalConfigDictParser` (which fills in hosts and f
 server runs in this process (`HeadServer.run_webserver`, a uvicorn thread serving the config), and
 every other server is its own process started with `NEMO_GYM_CONFIG_DICT` and `NEMO_GYM_CONFIG_PATH`
 and its class's `run_webserver()` (`world_servers.py`), polled with `ServerClient.poll_for_status`
-until it answers. All on loopback; the ports are NeMo Gym's choice, never written into a row.
+until it answers. All on loopback, on ports NeMo Gym's parser picks unless pinned (`ports`): NeMo Gym
+writes the environment server's URL into a failed `/run`'s `_ng_failure_message`, so the example runs
+pin them.
 
 Jobs (`World.collect`, `World.aggregate`) run NeMo Gym's own `RolloutCollectionHelper().run_from_config`
 and `RolloutAggregationHelper().run_from_config` (the code behind `gym eval run --no-serve` and
@@ -60,9 +62,9 @@ def environment_server_name(agent_name: str) -> str:
     return f"{agent_name}_environment_server"
 
 
-def world_config(agent_name: str, head_port: int) -> dict[str, Any]:
-    """The world's global config before NeMo Gym's parser fills in hosts and ports."""
-    return {
+def world_config(agent_name: str, head_port: int, ports: dict[str, int] | None = None) -> dict[str, Any]:
+    """The world's global config before NeMo Gym's parser fills in hosts and ports (`ports` pins some)."""
+    config: dict[str, Any] = {
         "head_server": {"host": "127.0.0.1", "port": head_port},
         "default_host": "127.0.0.1",
         agent_name: {
@@ -83,6 +85,11 @@ def world_config(agent_name: str, head_port: int) -> dict[str, Any]:
             }
         },
     }
+    for name, port in (ports or {}).items():
+        entry = config[name]
+        server = entry[next(iter(entry))]
+        server[next(iter(server))]["port"] = port
+    return config
 
 
 def _free_port() -> int:
@@ -113,8 +120,17 @@ class _Tee(io.TextIOBase):
 class World:
     """NeMo Gym's servers, up until `close`; `collect` and `aggregate` run NeMo Gym's own code."""
 
-    def __init__(self, agent_name: str = DEFAULT_AGENT_NAME, log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        agent_name: str = DEFAULT_AGENT_NAME,
+        log_path: Path | None = None,
+        *,
+        head_port: int | None = None,
+        ports: dict[str, int] | None = None,
+    ) -> None:
         self.agent_name = agent_name
+        self._head_port = head_port or _free_port()
+        self._ports = ports
         self.log_path = log_path or Path(tempfile.mkstemp(prefix="gf-world-", suffix=".jsonl")[1])
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
         # One loop for every job: NeMo Gym's global aiohttp client lives on the loop it was made on.
@@ -132,7 +148,7 @@ class World:
         world_exporter.register()
         config = get_global_config_dict(
             global_config_dict_parser_config=GlobalConfigDictParserConfig(
-                initial_global_config_dict=OmegaConf.create(world_config(self.agent_name, _free_port())),
+                initial_global_config_dict=OmegaConf.create(world_config(self.agent_name, self._head_port, self._ports)),
                 skip_load_from_cli=True,
                 skip_load_from_dotenv=True,
             )
@@ -163,6 +179,16 @@ class World:
                     waiting.discard(name)
             if waiting:
                 time.sleep(0.2)
+
+    def urls(self) -> dict[str, str]:
+        """Each server's base URL, by its name in the config."""
+        from nemo_gym.global_config import get_first_server_config_dict
+
+        return {
+            name: f"http://{entry.host}:{entry.port}"
+            for name in self._processes
+            for entry in [get_first_server_config_dict(self.config, name)]
+        }
 
     def close(self) -> None:
         for process in self._processes.values():
@@ -359,7 +385,7 @@ def main() -> None:
     sys.argv = sys.argv[:1]  # NeMo Gym's CLI configs read argv for --help
     world = World(args.agent_name, args.log)
     try:
-        answers.write(json.dumps({"ready": True, "agent_name": world.agent_name}) + "\n")
+        answers.write(json.dumps({"ready": True, "agent_name": world.agent_name, "urls": world.urls()}) + "\n")
         answers.flush()
         for line in sys.stdin:
             if not line.strip():

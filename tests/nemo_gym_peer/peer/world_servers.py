@@ -27,11 +27,16 @@ Outcomes (`outcome` in the task row):
     kill_shaped       the agent reports a kill: `_ng_failure_class: kill_shaped`, `_ng_no_persist`
     http_500          the agent's handler raises: NeMo Gym's exception middleware answers 500
     http_502          the agent answers 502 itself (a gateway status: NeMo Gym's `agent_request_failed`)
+    http_empty        the agent answers `status` (503) with an empty body: `_ng_failure_response_body`
+                      is null
     gym_failure       the agent raises a gym-failures `ModelFailure`: gym-failures' middleware answers
                       with its error body (the body NeMo Gym keeps as `_ng_failure_response_body`)
 
 An outcome may change by attempt: `outcomes` (a list) gives attempt 0, 1, ...'s outcome (the last one
-repeats), so a row can fail twice and then succeed across NeMo Gym resumes.
+repeats), so a row can fail twice and then succeed across NeMo Gym resumes; with `outcomes_by:
+"dispatch"` the list is indexed by how many times the agent was sent the rollout (`id`, rollout index)
+instead, for a killed rollout, which NeMo Gym sends again at the same attempt index. The verifier
+reads the same outcome from the request the agent sends it.
 
 Every `/run` the agent receives is appended to `$GF_WORLD_LOG` (task index, rollout index, attempt
 index): which rollouts a collector dispatched, at which attempt.
@@ -45,7 +50,7 @@ import sys
 from typing import Any
 
 from fastapi import Body, FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ConfigDict
 
 from nemo_gym.base_resources_server import (
@@ -82,12 +87,24 @@ class WorldVerifyResponse(BaseVerifyResponse):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
+_DISPATCHES: dict[str, int] = {}
+
+
+def _dispatch_key(row: dict[str, Any]) -> str:
+    return json.dumps([row.get("id"), row.get("_ng_rollout_index")])
+
+
 def outcome_of(row: dict[str, Any]) -> str:
-    """The row's outcome at its attempt (`_ng_attempt_index`, absent on the first)."""
+    """The row's outcome at its attempt (`_ng_attempt_index`, absent on the first), or with
+    `outcomes_by: "dispatch"` at the how-many-th time this agent is sent the rollout (a killed rollout
+    leaves no row, so NeMo Gym sends it again at the same attempt index)."""
     outcomes = row.get("outcomes")
-    attempt = row.get("_ng_attempt_index") or 0
     if isinstance(outcomes, list) and outcomes:
-        return str(outcomes[min(attempt, len(outcomes) - 1)])
+        if row.get("outcomes_by") == "dispatch":
+            index = _DISPATCHES.get(_dispatch_key(row), 1) - 1
+        else:
+            index = row.get("_ng_attempt_index") or 0
+        return str(outcomes[min(index, len(outcomes) - 1)])
     return str(row.get("outcome", "success"))
 
 
@@ -114,6 +131,7 @@ def _response(text: str) -> NeMoGymResponse:
 
 
 def _log_dispatch(row: dict[str, Any]) -> None:
+    _DISPATCHES[_dispatch_key(row)] = _DISPATCHES.get(_dispatch_key(row), 0) + 1
     path = os.environ.get(WORLD_LOG_ENV)
     if not path:
         return
@@ -173,6 +191,8 @@ class WorldAgent(SimpleResponsesAPIAgent):
             raise RuntimeError(row.get("failure_reason", "the harness crashed"))
         if outcome == "http_502":
             return JSONResponse({"detail": "upstream unavailable"}, status_code=502)
+        if outcome == "http_empty":
+            return Response(status_code=int(row.get("status", 503)))
         if outcome == "gym_failure":
             from gym_failures.failures import ModelFailure
 
@@ -185,7 +205,8 @@ class WorldAgent(SimpleResponsesAPIAgent):
         verify = await self.server_client.post(
             server_name=self.config.resources_server.name,
             url_path="/verify",
-            json=task | {"response": response.model_dump(mode="json")},
+            # The outcome this attempt has: the verifier reads it from the request.
+            json=task | {"outcome": outcome, "response": response.model_dump(mode="json")},
         )
         await raise_for_status(verify)
         return JSONResponse(await get_response_json(verify))
@@ -204,7 +225,7 @@ class WorldResources(SimpleResourcesServer):
 
     async def verify(self, body: WorldVerifyRequest) -> WorldVerifyResponse:
         row = body.model_dump(by_alias=True) | dict(body.model_extra or {})
-        outcome = outcome_of(row)
+        outcome = str(row.get("outcome", "success"))
         answer = row.get("answer")
         reward = 1.0 if answer is not None and answer == row.get("expected") else 0.0
         verdict: dict[str, Any] = {"reward": reward}
