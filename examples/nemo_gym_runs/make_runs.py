@@ -68,30 +68,41 @@ def task(case: str, number: int, **fields: Any) -> dict[str, Any]:
 RESUME = {"resume": True}
 CASES: dict[str, dict[str, Any]] = {
     "completed": {
-        "about": "completed rows only, two repeats: NeMo Gym's judge rows, `reward`, `response`, `mask_sample: false`",
+        "about": "completed rows only, two repeats: NeMo Gym's judge rows, `reward`, `response`, "
+        "`mask_sample: false`",
         "num_repeats": 2,
         "tasks": [{}, {"answer": "5"}],
         "steps": [{}],
     },
     "masked": {
         "about": "results NeMo Gym masks: `mask_sample: true` with a `failure_kind`, in the main rows",
-        "tasks": [{}, {"outcome": "masked"}, {"outcome": "masked", "failure_kind": "provider_oom_killed",
-                                               "failure_reason": "the sandbox was OOM-killed"}],
+        "tasks": [
+            {},
+            {"outcome": "masked"},
+            {
+                "outcome": "masked",
+                "failure_kind": "provider_oom_killed",
+                "failure_reason": "the sandbox was OOM-killed",
+            },
+        ],
         "steps": [{}],
     },
     "degraded": {
-        "about": "results that name a `failure_kind` with `mask_sample: false`: degraded, still valid measurements",
+        "about": "results that name a `failure_kind` with `mask_sample: false`: degraded, still valid "
+        "measurements",
         "tasks": [{}, {"outcome": "degraded"}, {"outcome": "degraded", "answer": "5"}],
         "steps": [{}],
     },
     "judge_failed": {
-        "about": "judge calls that failed: NeMo Gym's `judge_failsafe` rows (`judge_failed`, reward, response, "
+        "about": "judge calls that failed: NeMo Gym's `judge_failsafe` rows (`judge_failed`, reward, "
+        "response, "
         "`mask_sample: true`) in the sidecar; a resume recovers one",
         "tasks": [{}, {"outcome": "judge_error"}, {"outcomes": ["judge_error", "success"]}],
         "steps": [{}, RESUME],
     },
     "judge_invalid": {
-        "about": "invalid judge answers: main rows with `invalid_judge_response`, which NeMo Gym's resume with "
+        "about": "invalid judge answers: main rows with `invalid_judge_response`, which NeMo Gym's resume "
+        "with "
         "`retry_invalid_judge_responses` moves to the sidecar as `judge_invalid` and judges again",
         "tasks": [{}, {"outcomes": ["judge_invalid", "success"]}, {"outcome": "judge_invalid"}],
         "steps": [{}, {"resume": True, "retry_invalid_judge_responses": True}],
@@ -104,21 +115,33 @@ CASES: dict[str, dict[str, Any]] = {
         "steps": [{}],
     },
     "terminal": {
-        "about": "the agent's own failure rows, terminal (`skipped`, `remote_agent_error`) and not; the resume "
+        "about": "the agent's own failure rows, terminal (`skipped`, `remote_agent_error`) and not; the "
+        "resume "
         "re-runs only the one that is not",
         "tasks": [
             {},
-            {"outcome": "agent_failure", "failure_class": "skipped", "terminal": True,
-             "failure_reason": "the sample cannot be run"},
+            {
+                "outcome": "agent_failure",
+                "failure_class": "skipped",
+                "terminal": True,
+                "failure_reason": "the sample cannot be run",
+            },
             {"outcome": "agent_failure", "terminal": True},
             {"outcomes": ["agent_failure", "success"]},
         ],
         "steps": [{}, RESUME],
     },
     "exhausted": {
-        "about": "a rollout that fails every attempt (`timeout_exceeded`): after three, NeMo Gym's resume runs it no more",
-        "tasks": [{}, {"outcome": "agent_failure", "failure_class": "timeout_exceeded",
-                       "failure_reason": "the task ran past its 600 s budget"}],
+        "about": "a rollout that fails every attempt (`timeout_exceeded`): after three, NeMo Gym's resume "
+        "runs it no more",
+        "tasks": [
+            {},
+            {
+                "outcome": "agent_failure",
+                "failure_class": "timeout_exceeded",
+                "failure_reason": "the task ran past its 600 s budget",
+            },
+        ],
         "steps": [{}, RESUME, RESUME, RESUME],
     },
     "killed": {
@@ -127,7 +150,8 @@ CASES: dict[str, dict[str, Any]] = {
         "steps": [{}],
     },
     "resumed": {
-        "about": "a run NeMo Gym resumed twice: a killed rollout sent again at the same attempt, a 502 and two "
+        "about": "a run NeMo Gym resumed twice: a killed rollout sent again at the same attempt, a 502 and "
+        "two "
         "agent failures recovered",
         "tasks": [
             {},
@@ -188,7 +212,9 @@ def gym_failures_reading(run: Path, max_attempts: int = MAX_ATTEMPTS) -> dict[st
     maxed = {key for key, count in attempts.items() if count >= max_attempts}
     final = (terminal | maxed) - done
     masked = sum(1 for row in main if row.get("mask_sample") is True)
-    degraded = sum(1 for row in main if row.get("mask_sample") is not True and isinstance(row.get("failure_kind"), str))
+    degraded = sum(
+        1 for row in main if row.get("mask_sample") is not True and isinstance(row.get("failure_kind"), str)
+    )
     open_rollouts = [key for key in owed if key not in done | terminal | maxed]
     return {
         "summary": {
@@ -217,7 +243,9 @@ def gym_failures_reading(run: Path, max_attempts: int = MAX_ATTEMPTS) -> dict[st
         "resume": {
             "already_done": len(owed) - len(open_rollouts),
             "closed_on_resume": 0,
-            "dispatched": {f"{task}:{rollout}": attempts[(task, rollout)] + 1 for task, rollout in open_rollouts},
+            "dispatched": {
+                f"{task}:{rollout}": attempts[(task, rollout)] + 1 for task, rollout in open_rollouts
+            },
         },
     }
 
@@ -232,7 +260,8 @@ def _step_reading(reading: dict[str, Any]) -> dict[str, Any]:
         "progress": {
             key.rsplit("/", 1)[1]: value
             for key, value in sorted(metrics.items())
-            if key.startswith(f"progress/{AGENT_NAME}/") and not key.endswith(("reward", "reward_lower_bound"))
+            if key.startswith(f"progress/{AGENT_NAME}/")
+            and not key.endswith(("reward", "reward_lower_bound"))
         },
         "dropped": dict(sorted(reading["dropped"].items())),
         "resume": reading["resume"],
@@ -279,7 +308,10 @@ def make(world: Any, name: str, case: dict[str, Any]) -> None:
         "steps": steps,
         "nemo_gym_aggregate": {
             "error": aggregated["error"],
-            "coverage": {key: aggregated["exported"]["metrics"].get(f"coverage/{key}") for key in ("expected", "scored", "missing")},
+            "coverage": {
+                key: aggregated["exported"]["metrics"].get(f"coverage/{key}")
+                for key in ("expected", "scored", "missing")
+            },
             "agent_metrics": (aggregated["aggregate_metrics"] or [{}])[0].get("agent_metrics", {}),
         },
         **gym_failures_reading(run),

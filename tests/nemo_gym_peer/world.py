@@ -271,7 +271,9 @@ def nemo_gym_collect(
         return world.collect(run_dir, input_path, num_repeats=num_repeats, resume=resume, **options)
 
 
-def nemo_gym_aggregate(run_dir: Path, *, agent_name: str = DEFAULT_AGENT_NAME, **options: Any) -> NemoGymReading:
+def nemo_gym_aggregate(
+    run_dir: Path, *, agent_name: str = DEFAULT_AGENT_NAME, **options: Any
+) -> NemoGymReading:
     """One NeMo Gym aggregation in a world of its own (see `NemoGymWorld.aggregate`)."""
     with NemoGymWorld(agent_name=agent_name, cwd=run_dir.parent) as world:
         return world.aggregate(run_dir, **options)

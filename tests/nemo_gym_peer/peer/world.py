@@ -75,7 +75,9 @@ def world_config(agent_name: str, head_port: int, ports: dict[str, int] | None =
                 }
             }
         },
-        RESOURCES_NAME: {"resources_servers": {"world_resources": {"entrypoint": "world_servers.py", "domain": "other"}}},
+        RESOURCES_NAME: {
+            "resources_servers": {"world_resources": {"entrypoint": "world_servers.py", "domain": "other"}}
+        },
         environment_server_name(agent_name): {
             "environment_servers": {
                 "legacy_agent": {
@@ -138,17 +140,17 @@ class World:
         self._start()
 
     def _start(self) -> None:
-        from omegaconf import OmegaConf
-
+        import world_exporter
         from nemo_gym.global_config import GlobalConfigDictParserConfig, get_global_config_dict
         from nemo_gym.server_utils import HeadServer, ServerClient
-
-        import world_exporter
+        from omegaconf import OmegaConf
 
         world_exporter.register()
         config = get_global_config_dict(
             global_config_dict_parser_config=GlobalConfigDictParserConfig(
-                initial_global_config_dict=OmegaConf.create(world_config(self.agent_name, self._head_port, self._ports)),
+                initial_global_config_dict=OmegaConf.create(
+                    world_config(self.agent_name, self._head_port, self._ports)
+                ),
                 skip_load_from_cli=True,
                 skip_load_from_dotenv=True,
             )
@@ -169,7 +171,9 @@ class World:
                 stdout=sys.stderr.fileno(),
                 stderr=sys.stderr.fileno(),
             )
-        client = ServerClient(head_server_config=ServerClient.load_head_server_config(), global_config_dict=config)
+        client = ServerClient(
+            head_server_config=ServerClient.load_head_server_config(), global_config_dict=config
+        )
         waiting = set(names)
         while waiting:
             for name in sorted(waiting):
@@ -237,7 +241,10 @@ class World:
             "error": error,
             "exported": world_exporter.MemoryExporter.take(),
             "dispatched": sorted(
-                ([entry["task_index"], entry["rollout_index"], entry["attempt_index"]] for entry in dispatched),
+                (
+                    [entry["task_index"], entry["rollout_index"], entry["attempt_index"]]
+                    for entry in dispatched
+                ),
             ),
             "dropped": _dropped(text),
             "coverage_text": _coverage_text(text),
@@ -291,7 +298,9 @@ class World:
         reading = self._run(job)
         reading["returned_results"] = reading.pop("value")
         reading["files"] = _files(output.parent)
-        reading["aggregate_metrics"] = _json_or_none(output.with_stem(output.stem + "_aggregate_metrics").with_suffix(".json"))
+        reading["aggregate_metrics"] = _json_or_none(
+            output.with_stem(output.stem + "_aggregate_metrics").with_suffix(".json")
+        )
         reading["rows_file"] = str(output)
         return reading
 
@@ -359,7 +368,11 @@ def _coverage_text(text: str) -> dict[str, int] | None:
     cover = _METRICS_COVER.search(text)
     if missing is None or cover is None:
         return None
-    return {"missing": int(missing.group(1)), "expected": int(missing.group(2)), "scored": int(cover.group(1))}
+    return {
+        "missing": int(missing.group(1)),
+        "expected": int(missing.group(2)),
+        "scored": int(cover.group(1)),
+    }
 
 
 def _resume(text: str) -> dict[str, int] | None:
@@ -385,7 +398,9 @@ def main() -> None:
     sys.argv = sys.argv[:1]  # NeMo Gym's CLI configs read argv for --help
     world = World(args.agent_name, args.log)
     try:
-        answers.write(json.dumps({"ready": True, "agent_name": world.agent_name, "urls": world.urls()}) + "\n")
+        answers.write(
+            json.dumps({"ready": True, "agent_name": world.agent_name, "urls": world.urls()}) + "\n"
+        )
         answers.flush()
         for line in sys.stdin:
             if not line.strip():

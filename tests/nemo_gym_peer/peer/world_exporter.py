@@ -9,13 +9,12 @@ MLflow are (nemo_gym/exporters/__init__.py:39), and keeps every export in memory
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional
-
-from omegaconf import DictConfig
+from typing import Any, ClassVar
 
 from nemo_gym.config_types import ExporterConfig
 from nemo_gym.exporters import EXPORTER_REGISTRY
 from nemo_gym.exporters.base import BaseExporter
+from omegaconf import DictConfig
 
 NAME = "gf_world_memory"
 
@@ -28,7 +27,7 @@ class MemoryExporterConfig(ExporterConfig):
 
 class MemoryExporter(BaseExporter):
     name: ClassVar[str] = NAME
-    metrics: ClassVar[list[tuple[dict[str, Any], Optional[int]]]] = []
+    metrics: ClassVar[list[tuple[dict[str, Any], int | None]]] = []
     rollouts: ClassVar[list[int]] = []
 
     def setup(self) -> None:
@@ -40,7 +39,7 @@ class MemoryExporter(BaseExporter):
     def _log_config(self, config_dict: DictConfig) -> None:
         pass
 
-    def _log_metrics(self, metrics: dict[str, Any], step: Optional[int] = None) -> None:
+    def _log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
         MemoryExporter.metrics.append((dict(metrics), step))
 
     def _log_rollouts(self, rollouts: list[dict[str, Any]]) -> None:

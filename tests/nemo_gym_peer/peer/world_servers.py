@@ -51,21 +51,20 @@ from typing import Any
 
 from fastapi import Body, FastAPI
 from fastapi.responses import JSONResponse, Response
-from pydantic import ConfigDict
-
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
+    BaseRunRequest,
     BaseVerifyRequest,
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
 from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, SimpleResponsesAPIAgent
-from nemo_gym.base_resources_server import BaseRunRequest
 from nemo_gym.config_types import ResourcesServerRef
 from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
 from nemo_gym.judge import reraise_judge_errors
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import get_response_json, raise_for_status
+from pydantic import ConfigDict
 
 WORLD_LOG_ENV = "GF_WORLD_LOG"
 WORLD_EVENT_PREFIX = "evt-world-"
@@ -158,10 +157,10 @@ class WorldAgent(SimpleResponsesAPIAgent):
         app.add_middleware(FailureReportMiddleware, boundary="agent")
         return app
 
-    async def responses(self, body: NeMoGymResponseCreateParamsNonStreaming = Body()) -> NeMoGymResponse:
+    async def responses(self, body: NeMoGymResponseCreateParamsNonStreaming = Body()) -> NeMoGymResponse:  # noqa: B008
         return _response("")
 
-    async def run(self, body: WorldRunRequest = Body()) -> Any:
+    async def run(self, body: WorldRunRequest = Body()) -> Any:  # noqa: B008 (FastAPI, as NeMo Gym declares it)
         row = body.model_dump(by_alias=True, exclude_unset=True) | dict(body.model_extra or {})
         _log_dispatch(row)
         outcome = outcome_of(row)
@@ -246,7 +245,9 @@ class WorldResources(SimpleResourcesServer):
             verdict = {"reward": 0.0, "invalid_judge_response": True}
         elif outcome == "judge_error":
             # NeMo Gym's own path: the judge call's error becomes JudgeError, judge_failsafe the row.
-            await reraise_judge_errors(self._judge(row.get("failure_reason", "judge model timed out after 60 s")))
+            await reraise_judge_errors(
+                self._judge(row.get("failure_reason", "judge model timed out after 60 s"))
+            )
         return WorldVerifyResponse.model_validate(row | verdict)
 
 
