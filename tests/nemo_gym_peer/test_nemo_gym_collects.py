@@ -21,7 +21,7 @@ import pytest
 
 from gym_failures.collection import CollectionConfig, collect, read_rows
 from gym_failures.failure_kinds import FailureClass, classify_failure
-from gym_failures.gate import read_coverage
+from gym_failures.gate import check, read_coverage
 from gym_failures.reporting.explain import line_row
 from gym_failures.reporting.summary import summarize
 from gym_failures.rows import normalized
@@ -78,6 +78,13 @@ RESUMABLE = [
     _task(34, outcomes=["http_502", "http_502", "success"]),
     _task(35, outcome="agent_failure", failure_class="timeout_exceeded"),
 ]
+KILLED = [*(_task(50 + number) for number in range(5)), _task(55, outcome="kill_shaped")]
+"""A run whose workers were killed: every row it left is a success."""
+DEGRADED = [
+    *(_task(60 + number) for number in range(18)),
+    *(_task(78 + n, outcome="degraded") for n in range(2)),
+]
+"""A run all of whose results are valid measurements, two of them degraded."""
 JUDGE_INVALID = [
     _task(40),
     _task(41, outcomes=["judge_invalid", "success"]),
@@ -100,6 +107,8 @@ class Runs:
     """NeMo Gym's resume of RESUMABLE."""
     judge_invalid: NemoGymReading
     """NeMo Gym's resume with `retry_invalid_judge_responses` of a run with invalid judge answers."""
+    killed: NemoGymReading
+    degraded: NemoGymReading
     tasks: dict[str, Path]
 
 
@@ -119,6 +128,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
             "masked_only": MASKED_ONLY,
             "resumable": RESUMABLE,
             "judge_invalid": JUDGE_INVALID,
+            "killed": KILLED,
+            "degraded": DEGRADED,
         }.items()
     }
     with NemoGymWorld(agent_name=AGENT, cwd=root) as world:
@@ -133,7 +144,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         judge_invalid = world.collect(
             root / "judge_invalid", tasks["judge_invalid"], resume=True, retry_invalid_judge_responses=True
         )
-        yield Runs(mix, mix_aggregated, masked_only, resumable, copy, resumed, judge_invalid, tasks)
+        killed = world.collect(root / "killed", tasks["killed"])
+        degraded = world.collect(root / "degraded", tasks["degraded"])
+        yield Runs(
+            mix, mix_aggregated, masked_only, resumable, copy, resumed, judge_invalid, killed, degraded, tasks
+        )
 
 
 def _files(reading: NemoGymReading) -> list[Path]:
@@ -223,6 +238,26 @@ def test_the_gate_owes_the_rollouts_nemo_gym_materialized(runs: Runs) -> None:
     assert coverage.expected == reading.expected
     # NeMo Gym's missing is every owed rollout without a result: ours without any outcome, and final failures.
     assert coverage.missing + sum(coverage.failed.values()) == reading.missing
+
+
+@pytest.mark.xfail(strict=True, reason=_DENOMINATOR)
+def test_the_gate_fails_a_run_whose_workers_were_killed(runs: Runs) -> None:
+    """NeMo Gym reports the killed rollout missing from the score; the gate must not pass the run."""
+    reading = runs.killed
+    assert (reading.expected, reading.scored, reading.missing) == (6, 5, 1)
+    verdict = check(read_coverage(_files(reading), max_attempts=3))
+    assert not verdict.passed
+    assert verdict.coverage.missing == reading.missing
+
+
+@pytest.mark.xfail(strict=True, reason=_MASKING)
+def test_the_gate_passes_a_run_nemo_gym_measured_whole(runs: Runs) -> None:
+    """NeMo Gym measures all 20 results, degraded ones included; the gate must score as many."""
+    reading = runs.degraded
+    assert (reading.measured, reading.masked) == (20, 0)
+    verdict = check(read_coverage(_files(reading), max_attempts=3))
+    assert verdict.passed, verdict.reasons
+    assert verdict.coverage.scored == reading.measured
 
 
 def test_nemo_gym_aggregation_reads_the_run_its_collector_wrote(runs: Runs) -> None:

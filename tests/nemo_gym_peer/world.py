@@ -40,7 +40,8 @@ class NemoGymReading:
     `coverage/missing`, which it exports; nemo_gym/rollout_collection.py:2913); `failed` and `omitted`
     its progress counts of rollouts that reached no score (`progress/<agent>/failed`, `omitted`);
     `masked` and `measured` its aggregation's `coverage/masked_rollouts` and
-    `coverage/measured_rollouts`; `dropped` the rollouts it reported dropped, by failure class; `resume`
+    `coverage/measured_rollouts` (0 and `scored` when its aggregation names none: it names them only
+    when something was masked); `dropped` the rollouts it reported dropped, by failure class; `resume`
     the summary its resume printed (`already_done`, `to_run`, ...); `dispatched` the (task index,
     rollout index, attempt index) of every `/run` the world's agent received during the job.
     """
@@ -62,17 +63,22 @@ class NemoGymReading:
     returned_results: int | None = None
     exported: dict[str, Any] = field(default_factory=dict)
 
+    rows_name: str = "rollouts.jsonl"
+    """The rows file's name in `run_dir` (NeMo Gym's `output_jsonl_fpath`)."""
+
     @property
     def rows_path(self) -> Path:
-        return self.run_dir / "rollouts.jsonl"
+        return self.run_dir / self.rows_name
 
     @property
     def failures_path(self) -> Path:
-        return self.run_dir / "rollouts_failures.jsonl"
+        """NeMo Gym's sidecar beside the rows: `<stem>_failures.jsonl`."""
+        return self.rows_path.with_name(f"{self.rows_path.stem}_failures.jsonl")
 
     @property
     def materialized_path(self) -> Path:
-        return self.run_dir / "rollouts_materialized_inputs.jsonl"
+        """NeMo Gym's materialized inputs beside the rows: `<stem>_materialized_inputs.jsonl`."""
+        return self.rows_path.with_name(f"{self.rows_path.stem}_materialized_inputs.jsonl")
 
     @property
     def agent_metrics(self) -> dict[str, Any]:
@@ -97,20 +103,34 @@ class NemoGymReading:
         }
 
 
-def _reading(run_dir: Path, answer: dict[str, Any], agent_name: str) -> NemoGymReading:
+def _run_paths(run: Path) -> tuple[Path, str]:
+    """A run directory and its rows file's name: `run` names the rows file itself when it ends in
+    `.jsonl` (a gym-failures run's rows may have another name), else it is the directory of
+    NeMo Gym's default `rollouts.jsonl`."""
+    return (run.parent, run.name) if run.suffix == ".jsonl" else (run, "rollouts.jsonl")
+
+
+def _reading(run: Path, answer: dict[str, Any], agent_name: str) -> NemoGymReading:
     metrics = answer.get("exported", {}).get("metrics", {})
     aggregate = answer.get("aggregate_metrics")
     first = aggregate[0]["agent_metrics"] if aggregate else {}
+    masked, measured = first.get("coverage/masked_rollouts"), first.get("coverage/measured_rollouts")
+    if aggregate and masked is None:
+        # NeMo Gym publishes these only when something was masked (nemo_gym/reward_profile.py:935):
+        # then nothing was, and every rollout that reached the score was measured.
+        masked, measured = 0, metrics.get("coverage/scored")
+    run_dir, rows_name = _run_paths(run)
     return NemoGymReading(
         run_dir=run_dir,
+        rows_name=rows_name,
         error=answer.get("error"),
         expected=metrics.get("coverage/expected"),
         scored=metrics.get("coverage/scored"),
         missing=metrics.get("coverage/missing"),
         failed=int(metrics.get(f"progress/{agent_name}/failed", 0)),
         omitted=int(metrics.get(f"progress/{agent_name}/omitted", 0)),
-        masked=first.get("coverage/masked_rollouts"),
-        measured=first.get("coverage/measured_rollouts"),
+        masked=masked,
+        measured=measured,
         dropped=dict(answer.get("dropped") or {}),
         resume=answer.get("resume"),
         dispatched=[(int(a), int(b), int(c)) for a, b, c in answer.get("dispatched", [])],
@@ -190,9 +210,11 @@ class NemoGymWorld:
         count_missing_rollouts_as_zero: bool = False,
         disable_health_check: bool = False,
     ) -> NemoGymReading:
-        """NeMo Gym's `RolloutCollectionHelper().run_from_config` over `input_path` into `run_dir`
-        (its `rollouts.jsonl`); `resume` is its `resume_from_cache`, `max_attempts` its
-        `NEMO_GYM_MAX_ROLLOUT_ATTEMPTS` (unset: its default, 3)."""
+        """NeMo Gym's `RolloutCollectionHelper().run_from_config` over `input_path` into `run_dir` (a
+        directory: its `rollouts.jsonl`; or the rows file itself, `*.jsonl`, such as a gym-failures
+        run's); `resume` is its `resume_from_cache`, `max_attempts` its `NEMO_GYM_MAX_ROLLOUT_ATTEMPTS`
+        (unset: its default, 3). Rollouts run one at a time (`num_samples_in_parallel` 1), so that the
+        rows are written in input order."""
         answer = self._job(
             {
                 "job": "collect",
@@ -220,12 +242,14 @@ class NemoGymWorld:
         disable_health_check: bool = True,
     ) -> NemoGymReading:
         """NeMo Gym's `RolloutAggregationHelper().run_from_config` (`gym eval aggregate`) over the run's
-        rows file; its metrics are written to `output_dir` (default `<run_dir>/aggregated`)."""
-        output = (output_dir or run_dir / "aggregated") / "rollouts.jsonl"
+        rows file (`run_dir` as for `collect`); its metrics are written to `output_dir` (default
+        `<run directory>/aggregated`), never into the run."""
+        directory, rows_name = _run_paths(run_dir)
+        output = (output_dir or directory / "aggregated") / "rollouts.jsonl"
         answer = self._job(
             {
                 "job": "aggregate",
-                "input_glob": str(run_dir / "rollouts.jsonl"),
+                "input_glob": str(directory / rows_name),
                 "output_path": str(output),
                 "count_missing_rollouts_as_zero": count_missing_rollouts_as_zero,
                 "count_failure_classes_as_zero": count_failure_classes_as_zero or [],
@@ -267,7 +291,7 @@ def nemo_gym_collect(
     **options: Any,
 ) -> NemoGymReading:
     """One NeMo Gym collection in a world of its own (see `NemoGymWorld.collect`)."""
-    with NemoGymWorld(agent_name=agent_name, cwd=run_dir.parent) as world:
+    with NemoGymWorld(agent_name=agent_name) as world:
         return world.collect(run_dir, input_path, num_repeats=num_repeats, resume=resume, **options)
 
 
@@ -275,5 +299,5 @@ def nemo_gym_aggregate(
     run_dir: Path, *, agent_name: str = DEFAULT_AGENT_NAME, **options: Any
 ) -> NemoGymReading:
     """One NeMo Gym aggregation in a world of its own (see `NemoGymWorld.aggregate`)."""
-    with NemoGymWorld(agent_name=agent_name, cwd=run_dir.parent) as world:
+    with NemoGymWorld(agent_name=agent_name) as world:
         return world.aggregate(run_dir, **options)
