@@ -32,7 +32,7 @@ AGENT = "gf_peer_agent"
 GYM_FAILURE_EVENT = "evt-world-"
 
 _MASKING = (
-    "NeMo Gym masks by mask_sample alone (nemo_gym/base_resources_server.py:113); a result naming a "
+    "NeMo Gym masks by mask_sample alone (nemo_gym/base_resources_server.py:110); a result naming a "
     "failure_kind with mask_sample false is degraded and still measured, which our readers mask"
 )
 _DENOMINATOR = (
@@ -109,6 +109,8 @@ class Runs:
     """NeMo Gym's resume with `retry_invalid_judge_responses` of a run with invalid judge answers."""
     killed: NemoGymReading
     degraded: NemoGymReading
+    world: NemoGymWorld
+    """Up until the module ends, for a test's own job."""
     tasks: dict[str, Path]
 
 
@@ -147,7 +149,17 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         killed = world.collect(root / "killed", tasks["killed"])
         degraded = world.collect(root / "degraded", tasks["degraded"])
         yield Runs(
-            mix, mix_aggregated, masked_only, resumable, copy, resumed, judge_invalid, killed, degraded, tasks
+            mix,
+            mix_aggregated,
+            masked_only,
+            resumable,
+            copy,
+            resumed,
+            judge_invalid,
+            killed,
+            degraded,
+            world,
+            tasks,
         )
 
 
@@ -179,6 +191,19 @@ def test_nemo_gym_writes_its_own_run_directory(runs: Runs) -> None:
     assert {row["_ng_environment_server"] for row in rows} == {f"{AGENT}_environment_server"}
     # Every rollout reached the agent once, at NeMo Gym's first attempt index.
     assert reading.dispatched == [(task, rollout, 0) for task in range(len(MIX)) for rollout in range(2)]
+
+
+def test_what_nemo_gym_refuses_is_a_reading_and_the_world_stays_up(runs: Runs, tmp_path: Path) -> None:
+    missing = runs.world.collect(tmp_path / "run", tmp_path / "no-such-input.jsonl")
+    assert missing.error is not None
+    assert missing.error["type"] == "ConfigPathNotFoundError"
+    # NeMo Gym's default: a failed /run ends the run, after the materialized inputs are written.
+    tasks = _write_tasks(tmp_path / "tasks.jsonl", [_task(90), _task(91, outcome="http_502")])
+    ended = runs.world.collect(tmp_path / "ended", tasks, route_failures_to_sidecar=False)
+    assert ended.error is not None
+    assert ended.error["type"] == "ClientResponseError"
+    assert len(_lines(ended.materialized_path)) == 2
+    assert runs.world.collect(tmp_path / "after", tasks).error is None
 
 
 def test_nemo_gym_keeps_our_error_body_and_none_for_an_empty_one(runs: Runs) -> None:

@@ -37,7 +37,7 @@ class NemoGymReading:
     """What NeMo Gym's collector (or aggregation) reported for one job.
 
     `expected`, `scored` and `missing` are its coverage (`coverage/expected`, `coverage/scored`,
-    `coverage/missing`, which it exports; nemo_gym/rollout_collection.py:2913); `failed` and `omitted`
+    `coverage/missing`, which it exports; nemo_gym/rollout_collection.py:2925); `failed` and `omitted`
     its progress counts of rollouts that reached no score (`progress/<agent>/failed`, `omitted`);
     `masked` and `measured` its aggregation's `coverage/masked_rollouts` and
     `coverage/measured_rollouts` (0 and `scored` when its aggregation names none: it names them only

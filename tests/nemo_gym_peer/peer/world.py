@@ -137,7 +137,12 @@ class World:
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
         # One loop for every job: NeMo Gym's global aiohttp client lives on the loop it was made on.
         self._loop = asyncio.new_event_loop()
-        self._start()
+        self._head: Any = None
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
 
     def _start(self) -> None:
         import world_exporter
@@ -203,8 +208,9 @@ class World:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        self._head.should_exit = True
-        self._head_thread.join(timeout=10)
+        if self._head is not None:
+            self._head.should_exit = True
+            self._head_thread.join(timeout=10)
         # NeMo Gym closes its aiohttp client at exit with a new loop; it lives on this one.
         from nemo_gym import server_utils
 
@@ -405,14 +411,18 @@ def main() -> None:
         for line in sys.stdin:
             if not line.strip():
                 continue
-            request = json.loads(line)
-            method = request.pop("job")
-            if method == "collect":
-                answer = world.collect(**request)
-            elif method == "aggregate":
-                answer = world.aggregate(**request)
-            else:
-                answer = {"error": {"type": "UnknownJob", "message": method}}
+            try:
+                request = json.loads(line)
+                method = request.pop("job")
+                if method == "collect":
+                    answer = world.collect(**request)
+                elif method == "aggregate":
+                    answer = world.aggregate(**request)
+                else:
+                    answer = {"error": {"type": "UnknownJob", "message": str(method)[:200]}}
+            except Exception as exc:  # a malformed job is answered, and the world stays up
+                traceback.print_exc()
+                answer = {"error": {"type": type(exc).__name__, "message": str(exc)[:2000]}}
             answers.write(json.dumps(answer) + "\n")
             answers.flush()
     finally:

@@ -2,7 +2,7 @@
 
 NeMo Gym reports a run's coverage (`coverage/expected`, `coverage/scored`, `coverage/missing`) and its
 rollouts' outcomes as they happen (`progress/<agent>/failed`, `omitted`, `masked_pct`) only to its
-exporters (nemo_gym/rollout_collection.py:2913, nemo_gym/rollout_collection.py:133). This one is
+exporters (nemo_gym/rollout_collection.py:2925, nemo_gym/rollout_collection.py:133). This one is
 registered in NeMo Gym's own `EXPORTER_REGISTRY` and opened by its `setup_exporters`, as W&B and
 MLflow are (nemo_gym/exporters/__init__.py:39), and keeps every export in memory.
 """

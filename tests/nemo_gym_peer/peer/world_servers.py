@@ -11,7 +11,7 @@
   0.7.0's collector reaches an agent only through one (nemo_gym/rollout_collection.py:239).
 
 Run as a script, this starts the one server its `NEMO_GYM_CONFIG_PATH` names, with its class's
-`run_webserver()`: how NeMo Gym's `RunHelper` starts every server (nemo_gym/cli/env.py:505), each its
+`run_webserver()`: how NeMo Gym's `RunHelper` starts every server (nemo_gym/cli/env.py:507), each its
 own process with the global config in `NEMO_GYM_CONFIG_DICT`.
 
 Outcomes (`outcome` in the task row):
