@@ -85,6 +85,8 @@ DEGRADED = [
     *(_task(78 + n, outcome="degraded") for n in range(2)),
 ]
 """A run all of whose results are valid measurements, two of them degraded."""
+REPEATED_LINE = [_task(70), _task(70), _task(71)]
+"""Two identical lines: NeMo Gym gives them one task index (nemo_gym/rollout_collection.py:2160)."""
 JUDGE_INVALID = [
     _task(40),
     _task(41, outcomes=["judge_invalid", "success"]),
@@ -109,6 +111,7 @@ class Runs:
     """NeMo Gym's resume with `retry_invalid_judge_responses` of a run with invalid judge answers."""
     killed: NemoGymReading
     degraded: NemoGymReading
+    repeated_line: NemoGymReading
     world: NemoGymWorld
     """Up until the module ends, for a test's own job."""
     tasks: dict[str, Path]
@@ -132,6 +135,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
             "judge_invalid": JUDGE_INVALID,
             "killed": KILLED,
             "degraded": DEGRADED,
+            "repeated_line": REPEATED_LINE,
         }.items()
     }
     with NemoGymWorld(agent_name=AGENT, cwd=root) as world:
@@ -148,6 +152,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         )
         killed = world.collect(root / "killed", tasks["killed"])
         degraded = world.collect(root / "degraded", tasks["degraded"])
+        repeated_line = world.collect(root / "repeated_line", tasks["repeated_line"])
         yield Runs(
             mix,
             mix_aggregated,
@@ -158,6 +163,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
             judge_invalid,
             killed,
             degraded,
+            repeated_line,
             world,
             tasks,
         )
@@ -411,3 +417,28 @@ async def test_gym_failures_resumes_a_run_nemo_gym_wrote_without_rerunning_finis
     )
     assert dispatched == runs.resumed.dispatched
     assert summary.already_done == len(RESUMABLE) - len(dispatched)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="NeMo Gym gives identical input lines one task index; gym-failures numbers lines, so resuming "
+    "a NeMo Gym run whose input repeats a line re-runs the wrong tasks",
+)
+async def test_gym_failures_resumes_a_run_whose_input_repeats_a_line_as_nemo_gym_numbers_it(
+    runs: Runs, agent_url: str, tmp_path: Path
+) -> None:
+    reading = runs.repeated_line
+    indices = sorted(_key(json.loads(line)) for line in _lines(reading.rows_path))
+    assert indices == [(0, 0), (0, 1), (1, 0)], "NeMo Gym's numbering: one task, two rollouts"
+    run = tmp_path / "run"
+    shutil.copytree(reading.run_dir, run)
+    summary = await collect(
+        CollectionConfig(
+            input_path=runs.tasks["repeated_line"], output_path=run / "rollouts.jsonl", agent_url=agent_url
+        )
+    )
+    assert (summary.already_done, summary.attempts) == (3, 0)
+
+
+def _key(row: dict[str, Any]) -> tuple[int, int]:
+    return (row["_ng_task_index"], row["_ng_rollout_index"])
