@@ -145,9 +145,12 @@ class NemoGymWorld:
     """A running world (see the module docstring); a context manager, closed on exit."""
 
     def __init__(self, *, agent_name: str = DEFAULT_AGENT_NAME, cwd: Path | None = None) -> None:
+        """Start the world; `cwd` (default: a scratch directory removed on close) holds its log."""
         self.agent_name = agent_name
-        self._cwd = cwd or Path(tempfile.mkdtemp(prefix="gf-world-"))
+        self._scratch = tempfile.TemporaryDirectory(prefix="gf-world-") if cwd is None else None
+        self._cwd = Path(self._scratch.name) if self._scratch is not None else cwd or Path()
         self._stderr_path = self._cwd / f"world-{os.getpid()}.log"
+        self._aggregations = 0
         self._stderr = self._stderr_path.open("wb")
         env = {
             **os.environ,
@@ -242,10 +245,11 @@ class NemoGymWorld:
         disable_health_check: bool = True,
     ) -> NemoGymReading:
         """NeMo Gym's `RolloutAggregationHelper().run_from_config` (`gym eval aggregate`) over the run's
-        rows file (`run_dir` as for `collect`); its metrics are written to `output_dir` (default
-        `<run directory>/aggregated`), never into the run."""
+        rows file (`run_dir` as for `collect`); its metrics are written to `output_dir` (default: a
+        new directory beside the world's log), never into the run."""
         directory, rows_name = _run_paths(run_dir)
-        output = (output_dir or directory / "aggregated") / "rollouts.jsonl"
+        self._aggregations += 1
+        output = (output_dir or self._cwd / f"aggregated-{self._aggregations}") / "rollouts.jsonl"
         answer = self._job(
             {
                 "job": "aggregate",
@@ -271,6 +275,8 @@ class NemoGymWorld:
         if self._process.stdout is not None:
             self._process.stdout.close()
         self._stderr.close()
+        if self._scratch is not None:
+            self._scratch.cleanup()
 
     def __enter__(self) -> NemoGymWorld:
         return self

@@ -133,7 +133,12 @@ class World:
         self.agent_name = agent_name
         self._head_port = head_port or _free_port()
         self._ports = ports
-        self.log_path = log_path or Path(tempfile.mkstemp(prefix="gf-world-", suffix=".jsonl")[1])
+        self._own_log = log_path is None
+        if log_path is None:
+            handle, name = tempfile.mkstemp(prefix="gf-world-", suffix=".jsonl")
+            os.close(handle)
+            log_path = Path(name)
+        self.log_path = log_path
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
         # One loop for every job: NeMo Gym's global aiohttp client lives on the loop it was made on.
         self._loop = asyncio.new_event_loop()
@@ -218,6 +223,8 @@ class World:
             self._loop.run_until_complete(server_utils._GLOBAL_AIOHTTP_CLIENT.close())
             server_utils._GLOBAL_AIOHTTP_CLIENT = None
         self._loop.close()
+        if self._own_log:
+            self.log_path.unlink(missing_ok=True)
 
     def _dispatched_since(self, offset: int) -> tuple[list[dict[str, Any]], int]:
         if not self.log_path.exists():
