@@ -195,7 +195,7 @@ def gym_failures_reading(run: Path, max_attempts: int = MAX_ATTEMPTS) -> dict[st
     """What gym-failures must read of a NeMo Gym run, by NeMo Gym's own rules.
 
     - A main row (`rollouts.jsonl`) is a result: masked when `mask_sample` is true, and only then
-      (nemo_gym/base_resources_server.py:113); degraded when it names a `failure_kind` unmasked; scored
+      (nemo_gym/base_resources_server.py:110); degraded when it names a `failure_kind` unmasked; scored
       otherwise, as NeMo Gym's aggregation measures it (`coverage/measured_rollouts`).
     - A sidecar row is one failed attempt. A rollout without a main row is final when one of its rows
       is `_ng_failure_terminal` or it has `max_attempts` of them (nemo_gym/rollout_collection.py:2239);

@@ -25,7 +25,8 @@ Outcomes (`outcome` in the task row):
     agent_failure     the agent's failure reply, NeMo Gym's failure-row shape (`_ng_failure_class`,
                       `error`, reward 0.0 and an empty response), `terminal` from the row
     kill_shaped       the agent reports a kill: `_ng_failure_class: kill_shaped`, `_ng_no_persist`
-    http_500          the agent's handler raises: NeMo Gym's exception middleware answers 500
+    http_500          the agent's handler raises a plain `RuntimeError`: gym-failures' middleware (inside
+                      NeMo Gym's own) answers 500 with an `infrastructure_error` body and a new event id
     http_502          the agent answers 502 itself (a gateway status: NeMo Gym's `agent_request_failed`)
     http_empty        the agent answers `status` (503) with an empty body: `_ng_failure_response_body`
                       is null
