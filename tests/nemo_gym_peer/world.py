@@ -11,6 +11,11 @@ The run directory is NeMo Gym's: `rollouts.jsonl`, `rollouts_failures.jsonl`,
 `rollout_verdicts.jsonl` and `quality_summary.json`. A directory gym-failures' collector wrote is
 accepted the same way (NeMo Gym resumes and aggregates it as its own); its agent name is the world's
 (`agent_name`), so that rows carrying `agent_ref` route to the world's agent.
+
+A task row is a NeMo Gym input row: it carries `responses_create_params` (NeMo Gym's preprocessing
+requires it, nemo_gym/rollout_collection.py:2146, and so does its agents' `/run` request model), and
+the world's agent answers it by its `outcome` (`success` when it names none; see
+`peer/world_servers.py` for the fault mix). Rows may also carry `mode` for gym-failures' own test agent.
 """
 
 from __future__ import annotations
