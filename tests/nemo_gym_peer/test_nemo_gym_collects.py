@@ -426,6 +426,12 @@ async def test_gym_failures_resumes_a_run_nemo_gym_wrote_without_rerunning_finis
     )
     assert dispatched == runs.resumed.dispatched
     assert summary.already_done == len(RESUMABLE) - len(dispatched)
+    # And back: NeMo Gym's resume of the run gym-failures resumed finds nothing left to run.
+    again = runs.world.collect(run, runs.tasks["resumable"], resume=True, disable_health_check=True)
+    assert again.error is None
+    assert again.resume is not None
+    assert (again.resume["to_run"], again.dispatched) == (0, [])
+    assert set(after) <= set(_lines(run / "rollouts.jsonl") + _lines(run / "rollouts_failures.jsonl"))
 
 
 @pytest.mark.xfail(
