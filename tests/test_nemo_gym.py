@@ -291,44 +291,71 @@ def test_a_row_of_ours_reads_back_its_result_whole() -> None:
 
 
 def test_explain_finds_a_nemo_gym_rollout_by_its_id() -> None:
-    files = [RUNS / "mixed_attempts" / "rollouts.jsonl", RUNS / "mixed_attempts" / "rollouts_failures.jsonl"]
-    found = rollout_rows(files, "0:0")
+    """Rollout 3:0 of the run NeMo Gym resumed twice: two agent failures, then a success."""
+    files = [RUNS / "resumed" / "rollouts.jsonl", RUNS / "resumed" / "rollouts_failures.jsonl"]
+    found = rollout_rows(files, "3:0")
     assert [(item.attempt, item.outcome) for item in found] == [
         (1, "failure"),
         (2, "failure"),
         (3, "success"),
     ]
     assert found[1].failure is not None
-    assert found[1].failure["failure_reason"] == "judge said 'maybe'"
+    assert found[1].failure["failure_reason"] == "the harness exited 1"
 
 
-# --- The fixtures -----------------------------------------------------------------------------
+# --- The fixtures: runs NeMo Gym 0.7.0 made (examples/nemo_gym_runs/make_runs.py) ----------------
+
+_MASKING = (
+    "NeMo Gym masks by mask_sample alone; a result naming a failure_kind with mask_sample false is a "
+    "degraded, valid measurement, which our readers mask (issue 19, another helper's fix)"
+)
+_DENOMINATOR = (
+    "NeMo Gym's materialized inputs are the rollouts owed; a killed rollout left no row and is missing, "
+    "but our gate counts the rollouts it sees (issue 19, another helper's fix)"
+)
+SUMMARY_GAPS = {"degraded": _MASKING, "mixed": _MASKING}
+GATE_GAPS = {"degraded": _MASKING, "killed": _DENOMINATOR, "mixed": f"{_MASKING}; {_DENOMINATOR}"}
+
+
+def _cases(gaps: dict[str, str]) -> list[Any]:
+    return [
+        pytest.param(case, marks=pytest.mark.xfail(strict=True, reason=gaps[case])) if case in gaps else case
+        for case in CASES
+    ]
 
 
 def _files(case: str) -> list[Path]:
     return [RUNS / case / "rollouts.jsonl", RUNS / case / "rollouts_failures.jsonl"]
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_summarize_counts_each_fixture_as_expected(case: str) -> None:
+@pytest.mark.parametrize("case", _cases(SUMMARY_GAPS))
+def test_summarize_counts_each_nemo_gym_run_as_nemo_gym_does(case: str) -> None:
     expected = json.loads((RUNS / case / "expected.json").read_text())["summary"]
     summary = summarize(_files(case), max_attempts=3)
-    scalars = {
-        key: value for key, value in expected.items() if key not in ("torn_tails", "by_kind", "by_attempt")
-    }
-    assert {key: getattr(summary, key) for key in scalars} == scalars
-    assert len(summary.torn_tails) == expected["torn_tails"]
-    assert {item.value: item.count for item in summary.by_kind} == expected["by_kind"]
-    assert {str(item.attempt): [item.count, item.final] for item in summary.by_attempt} == expected[
-        "by_attempt"
+    scalars = [
+        "rows",
+        "success_rows",
+        "failure_rows",
+        "final_failure_rows",
+        "masked_success_rows",
+        "not_persisted_rows",
+        "other_rows",
     ]
+    assert {key: getattr(summary, key) for key in scalars} == {key: expected[key] for key in scalars}
+    assert len(summary.torn_tails) == expected["torn_tails"]
+    labels: Counter[str] = Counter()
+    for label, count in expected["by_label"].items():
+        labels[nemo_gym.LABEL_ALIASES.get(label, label)] += count
+    assert {item.value: item.count for item in summary.by_kind} == dict(labels)
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_the_gate_covers_each_fixture_as_expected(case: str) -> None:
+@pytest.mark.parametrize("case", _cases(GATE_GAPS))
+def test_the_gate_covers_each_nemo_gym_run_as_nemo_gym_does(case: str) -> None:
     expected = json.loads((RUNS / case / "expected.json").read_text())["gate"]
     coverage = read_coverage(_files(case), max_attempts=3)
-    assert {key: getattr(coverage, key) for key in expected} == expected
+    keys = ["expected", "seen", "scored", "masked", "retried_attempts", "missing", "not_persisted_rows"]
+    assert {key: getattr(coverage, key) for key in keys} == {key: expected[key] for key in keys}
+    assert sum(coverage.failed.values()) == expected["failed"]
 
 
 # --- SQL and Python agree ---------------------------------------------------------------------
