@@ -117,7 +117,7 @@ from gym_failures.failures import (
 )
 from gym_failures.redaction import redact, redact_values, url_secrets, url_without_secrets
 from gym_failures.reply import own_chain
-from gym_failures.rollout_failure import Delivery, RolloutFailure, delivery_of
+from gym_failures.rollout_failure import Delivery, EpisodeId, RolloutFailure, delivery_of
 from gym_failures.rows import (
     FAILURES_SUFFIX,
     JsonlScan,
@@ -769,11 +769,7 @@ class AttemptDispatcher:
     ) -> dict[str, Any]:
         """The attempt's `RolloutFailure` record, as JSON."""
         record = RolloutFailure(
-            episode_id={
-                "rollout_id": rollout_id(rollout.task_index, rollout.rollout_index),
-                "attempt": attempt,
-                "repeat": rollout.rollout_index,
-            },
+            episode_id=EpisodeId.of(rollout_id(rollout.task_index, rollout.rollout_index), attempt),
             run_id=self.run_id,
             source=seen.source,
             delivery=seen.delivery,
