@@ -287,3 +287,15 @@ def test_a_plan_draws_the_same_faults_from_the_same_seed() -> None:
     assert [getattr(first.fault_for(None), "name", None) for _ in range(50)] == draws
     with pytest.raises(ValidationError):
         ModelEndpointPlan(rates={"none": 0.1})
+
+
+def test_an_announced_id_the_request_observed_already_is_not_reused() -> None:
+    from gym_failures.client._sdk import _announced_event
+    from gym_failures.failure_transport import RequestFailureLog, observe_failure
+
+    with RequestFailureLog.capture():
+        observe_failure(
+            ModelFailure(failure_kind="model_server_error", failure_reason="x", event_id="seen-1")
+        )
+        assert _announced_event({"x-gym-fault-event": "seen-1"}) is None
+        assert _announced_event({"x-gym-fault-event": "fresh-1"}) == "fresh-1"

@@ -67,6 +67,7 @@ from gym_failures.client._transport import transport_kind
 from gym_failures.failure_records import FailureBoundary
 from gym_failures.failure_transport import (
     FailureHeader,
+    RequestFailureLog,
     StreamFailureReportReader,
     observe_failure,
     observe_report,
@@ -156,11 +157,14 @@ def _on_response(response: Any, boundary: FailureBoundary, *, is_async: bool) ->
 
 
 def _announced_event(headers: Any) -> str | None:
-    """The event id a fault-injecting endpoint announced for this reply, when it is one."""
+    """The event id a fault-injecting endpoint announced for this reply, when it is one and names no
+    event the current request observed already (a reply must not hide another failure by reusing
+    its id)."""
     value = headers.get(_EVENT_HEADER)
-    if isinstance(value, str) and 0 < len(value) <= 64 and value.isascii() and value.isprintable():
-        return value
-    return None
+    if not (isinstance(value, str) and 0 < len(value) <= 64 and value.isascii() and value.isprintable()):
+        return None
+    log = RequestFailureLog.current()
+    return None if log is not None and value in log.report.events else value
 
 
 class _ObservedStream:
