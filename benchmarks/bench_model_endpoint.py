@@ -34,7 +34,9 @@ CONNECTIONS = 16
 SECONDS = float(os.environ.get("BENCH_SECONDS", "2.0"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 WARMUP_S = 0.5
-SERVERS = ("ours", "llmock")
+BASELINE_SRC = os.environ.get("BENCH_BASELINE_SRC")
+"""A checkout's `src` of the endpoint before a change (`before`), measured beside it when set."""
+SERVERS = ("ours", "llmock", *(("before",) if BASELINE_SRC else ()))
 STACKS = ("asyncio+h11", "uvloop+httptools")
 MODES = ("plain", "stream")
 
@@ -101,9 +103,17 @@ def _cpu_s(pid: int) -> float:
 @contextlib.contextmanager
 def _server(kind: str, stack: str) -> Iterator[tuple[int, int]]:
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    source = BASELINE_SRC if kind == "before" and BASELINE_SRC else str(ROOT / "src")
+    env = {**os.environ, "PYTHONPATH": f"{source}{os.pathsep}{ROOT}"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks._endpoint_server", kind, stack, str(port)],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks._endpoint_server",
+            "llmock" if kind == "llmock" else "ours",
+            stack,
+            str(port),
+        ],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -187,6 +197,18 @@ def main() -> str:
         )
     ]
     lines += ["", f"ours with the serve extra / llmock with asyncio+h11, req/s: {_span(fast, 2)}"]
+    if BASELINE_SRC:
+        lines += [
+            "",
+            "| stack | mode | ours / before req/s | ours / before CPU per request |",
+            "| --- | --- | --- | --- |",
+        ]
+        for stack in STACKS:
+            for mode in MODES:
+                ours, baseline = samples["ours", stack, mode], samples["before", stack, mode]
+                rps = [o[0] / b[0] for o, b in zip(ours, baseline, strict=True)]
+                cpu = [o[1] / b[1] for o, b in zip(ours, baseline, strict=True)]
+                lines.append(f"| {stack} | {mode} | {_span(rps, 2)} | {_span(cpu, 2)} |")
     text = "\n".join(lines)
     print(text)
     return text

@@ -211,7 +211,7 @@ class _RawReply(Response):
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         for index, chunk in enumerate(self.chunks):
             wait = self.pauses.get(index, 0.0) + (self.interval if index else 0.0)
-            if await _wait_or_gone(receive, wait):
+            if wait > 0 and await _wait_or_gone(receive, wait):
                 if self.note is not None:
                     self.note.outcome = "disconnected"
                 return
@@ -433,7 +433,7 @@ class ModelEndpoint:
         async def handle(request: Request) -> Response:
             note: _AttemptNote = request.scope.get(_ATTEMPT) or _AttemptNote()
             call = await self._read(request, api, note)
-            fault = self._fault(call, request.url.path)
+            fault = self._fault(call, request.scope["path"])
             if fault is None and self.quota is not None:
                 state = self.quota.take(_input_tokens(call), anthropic=api == "messages")
                 note.headers += state.headers
@@ -686,25 +686,22 @@ class ModelEndpoint:
             )
             if outcome == "dropped" and not complete:
                 self._quiet.dropped()
-        try:
-            self.journal.add(
-                request=request_key(route, note.body),
-                route=route,
-                model=note.model,
-                stream=note.stream,
-                started_s=started,
-                answered_s=note.answered_s,
-                ended_s=max(started, self.journal.now()),
-                status=status,
-                fault=None if fault is None else fault.name,
-                event_id=note.event_id if fault is not None else None,
-                retry_after_s=note.retry_after_s if status >= 400 else None,
-                delay_s=fault.delay_s if fault is not None and fault.name in _WAITS else None,
-                outcome=outcome,
-                sdk_retry_count=note.sdk_retry_count,
-            )
-        except ValueError as error:  # an attempt the journal cannot hold must not break its reply
-            LOGGER.warning("could not journal an attempt on %s (%s)", route, type(error).__name__)
+        self.journal.add(
+            request=request_key(route, note.body),
+            route=route,
+            model=note.model,
+            stream=note.stream,
+            started_s=started,
+            answered_s=note.answered_s,
+            ended_s=max(started, self.journal.now()),
+            status=status,
+            fault=None if fault is None else fault.name,
+            event_id=note.event_id if fault is not None else None,
+            retry_after_s=note.retry_after_s if status >= 400 else None,
+            delay_s=fault.delay_s if fault is not None and fault.name in _WAITS else None,
+            outcome=outcome,
+            sdk_retry_count=note.sdk_retry_count,
+        )
 
     def _count(self, name: str, route: str) -> None:
         """The fault in the OpenTelemetry counter `gym_failures.model_endpoint.faults`, when

@@ -22,7 +22,7 @@ import hashlib
 import threading
 import time
 from collections import deque
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -62,6 +62,11 @@ class Attempt(BaseModel):
     """The `x-stainless-retry-count` the official SDKs send (0 on a first attempt), when sent."""
 
 
+_DEFAULTS: dict[str, object] = {
+    name: field.default for name, field in Attempt.model_fields.items() if not field.is_required()
+}
+
+
 def request_key(route: str, body: bytes | None) -> str:
     """The request an attempt belongs to: its route and a digest of its body."""
     if body is None:
@@ -75,7 +80,7 @@ class Journal:
     def __init__(self) -> None:
         self._lock = threading.Condition()
         self._open = 0
-        self._attempts: deque[Attempt] = deque(maxlen=MAX_ATTEMPTS)
+        self._attempts: deque[dict[str, Any]] = deque(maxlen=MAX_ATTEMPTS)
         self._start = time.monotonic()
         self._next = 0
         self.dropped = 0
@@ -94,20 +99,23 @@ class Journal:
         with self._lock:
             return self._lock.wait_for(lambda: self._open <= 0, timeout)
 
-    def add(self, **fields: object) -> Attempt:
+    def add(self, **fields: Any) -> None:
+        """End an attempt `begin` opened, with its fields (`Attempt`'s, but `index`)."""
         with self._lock:
             self._open -= 1
             self._lock.notify_all()
-            attempt = Attempt.model_validate({**fields, "index": self._next})
+            # Kept as the server's own values, bounded where it reads them, and made `Attempt`s only
+            # when read: a validated model per request cost a tenth of the request (measured 19 us).
+            fields["index"] = self._next
             self._next += 1
             if len(self._attempts) == MAX_ATTEMPTS:
                 self.dropped += 1
-            self._attempts.append(attempt)
-            return attempt
+            self._attempts.append(fields)
 
     def attempts(self) -> list[Attempt]:
         with self._lock:
-            return list(self._attempts)
+            kept = list(self._attempts)
+        return [Attempt.model_construct(**{**_DEFAULTS, **fields}) for fields in kept]
 
     def reset(self) -> None:
         with self._lock:
