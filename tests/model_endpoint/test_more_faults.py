@@ -379,8 +379,8 @@ def test_the_verdict_command_reads_a_running_endpoint(
 ) -> None:
     from gym_failures.cli import main
 
-    _chat(http, "quota_429; retry_after=5")
-    _chat(http, "quota_429; retry_after=5")
+    _chat(http, "quota_429; retry_after=60")
+    _chat(http, "quota_429; retry_after=60")
     assert main(["verdict", model_endpoint.url, "--api-key", model_endpoint.api_key]) == 1
     assert "retry_after_ignored" in capsys.readouterr().out
     assert main(["verdict", model_endpoint.url]) == 2  # no key: the endpoint answers 401
