@@ -3,11 +3,12 @@
 Collection (`gym_failures.collection`) writes these rows; the gate (`gym_failures.gate`) and the
 reporting tools (`gym_failures.reporting`) read them, each through this module.
 
-Row contract (one JSON object a line; every row has these keys):
+Row contract (one JSON object a line; every row read by `normalized` has these keys, which a row is
+saved under where NeMo Gym does not take them for measurements: `gym_failures.row_keys`):
 
-- `task_index` (int): the task's line number in the input (0-based; every line counts, blank and
-  invalid ones too, which are skipped: `read_tasks`); `task_id`: the input row's `id` or `task_id`,
-  when it has one;
+- `task_index` (int): the task's index, as NeMo Gym numbers tasks (identical input lines share one;
+  the run's materialized inputs, `gym_failures.materialized`, hold the numbering; runs saved before
+  issue 19 numbered lines); `task_id`: the input row's `id` or `task_id`, when it has one;
 - `rollout_index` (int): which of the task's `num_repeats` rollouts; `rollout_id`:
   `"<task_index>:<rollout_index>"`;
 - `attempt` (int, from 1): which attempt at that rollout;
@@ -56,6 +57,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from gym_failures.nemo_gym import FAILURE_CLASS, FAILURE_TERMINAL, is_not_persisted, read_nemo_gym
+from gym_failures.row_keys import read_saved_keys
 
 __all__ = [
     "FAILURES_SUFFIX",
@@ -102,8 +104,10 @@ def rollout_id(task_index: int, rollout_index: int) -> str:
 def normalized(row: Mapping[str, Any], max_attempts: int | None = None) -> dict[str, Any]:
     """`row` in the current contract, whatever wrote it: a NeMo Gym row gains the contract keys its
     `_ng_*` keys stand for (`gym_failures.nemo_gym.read_nemo_gym`; `max_attempts` is the budget that
-    makes a NeMo Gym failure final, NeMo Gym's own when None). No key is removed."""
+    makes a NeMo Gym failure final, NeMo Gym's own when None). Our own bookkeeping is read from its
+    saved `_gf_*` keys (`gym_failures.row_keys`). No key is removed."""
     result = dict(row)
+    read_saved_keys(result)
     read_nemo_gym(result, max_attempts)
     if "rollout_id" not in result:
         # Only real integers make an id: a row is never refused (nor raises) for a bad index; without

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from gym_failures import nemo_gym
-from gym_failures.collection import CollectionConfig, collect, read_rows
+from gym_failures.collection import CollectionConfig, collect, normalized, read_rows
 from gym_failures.failure_kinds import AGENT_REQUEST_FAILED, TRANSPORT_TIMEOUT, TRANSPORT_UNREACHABLE
 from gym_failures.rollout_failure import read_rollout_failure
 from tests.processes import free_port
@@ -72,7 +72,7 @@ async def test_resuming_a_nemo_gym_run_dispatches_only_the_open_rollouts(
         for name in ("rollouts.jsonl", "rollouts_failures.jsonl")
         for line in _lines(run / name)
         if line not in before
-        for row in [json.loads(line)]
+        for row in [normalized(json.loads(line))]
         if not row.get("closed_on_resume")
     ]
     assert {row["rollout_id"]: row["attempt"] for row in new} == expected["dispatched"]
