@@ -187,7 +187,7 @@ def _numeric_top_level(row: dict[str, Any]) -> set[str]:
 async def test_no_row_keeps_bookkeeping_where_nemo_gym_averages_and_every_row_names_its_agent(
     tmp_path: Path, agent_url: str
 ) -> None:
-    tasks = [
+    tasks: list[dict[str, Any]] = [
         {"id": 7, "mode": "ok"},
         {"mode": "terminal"},
         {"mode": "retry_then_ok"},
