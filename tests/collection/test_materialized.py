@@ -26,7 +26,7 @@ from gym_failures.materialized import (
     task_of,
     write_materialized,
 )
-from gym_failures.rows import TaskScan
+from gym_failures.rows import TaskScan, normalized
 from tests.saved_rows import success_row
 
 RUNS = Path(__file__).resolve().parents[2] / "examples" / "nemo_gym_runs"
@@ -230,39 +230,71 @@ async def test_a_resumed_run_keeps_the_agent_its_materialized_inputs_name(
 # --- NeMo Gym's run directories --------------------------------------------------------------------
 
 
+CASES = sorted(path.name for path in RUNS.iterdir() if path.is_dir())
+_BESIDE = {
+    "rollout_verdicts.jsonl": '{"rollout": 0, "verdict": "ok"}\n',
+    "quality_summary.json": "{}\n",
+    "rollouts_aggregate_metrics.json": "[]\n",
+}
+
+
 def _nemo_gym_run(tmp_path: Path, case: str) -> Path:
-    """A fixture run with the files NeMo Gym writes beside its rows."""
+    """An example run with every file NeMo Gym writes beside its rows: its own where the example has
+    them (runs NeMo Gym made), else made here (its materialized inputs numbered as NeMo Gym numbers)."""
     run = tmp_path / case
     shutil.copytree(RUNS / case, run)
     expected = json.loads((run / "expected.json").read_text())
-    rollouts = materialize(run / "input" / "tasks.jsonl", expected["num_repeats"], "simple_agent", NEMO_GYM)
-    write_materialized(run / "rollouts_materialized_inputs.jsonl", rollouts)
-    (run / "rollout_verdicts.jsonl").write_text('{"rollout": 0, "verdict": "ok"}\n')
-    (run / "quality_summary.json").write_text("{}\n")
-    (run / "rollouts_aggregate_metrics.json").write_text("[]\n")
+    materialized = run / "rollouts_materialized_inputs.jsonl"
+    if not materialized.exists():
+        tasks = run / "input" / "tasks.jsonl"
+        write_materialized(
+            materialized, materialize(tasks, expected["num_repeats"], "simple_agent", NEMO_GYM)
+        )
+    for name, text in _BESIDE.items():
+        if not (run / name).exists():
+            (run / name).write_text(text)
     return run
 
 
-async def test_a_nemo_gym_run_directory_is_resumed_as_its_own(tmp_path: Path, agent_url: str) -> None:
-    run = _nemo_gym_run(tmp_path, "failed")
-    extras = {name: (run / name).read_bytes() for name in ("rollout_verdicts.jsonl", "quality_summary.json")}
-    before = {name: (run / name).read_bytes() for name in ("rollouts.jsonl", "rollouts_failures.jsonl")}
+def _complete_lines(path: Path) -> bytes:
+    content = path.read_bytes() if path.exists() else b""
+    return content[: content.rfind(b"\n") + 1]
+
+
+@pytest.mark.parametrize("case", CASES)
+async def test_a_nemo_gym_run_directory_is_resumed_as_its_own(
+    case: str, tmp_path: Path, agent_url: str
+) -> None:
+    """`--output RUN_DIR`: only the open rollouts run, at NeMo Gym's next attempt, no row is lost, and
+    the files NeMo Gym keeps beside the rows are left alone."""
+    run = _nemo_gym_run(tmp_path, case)
+    beside = {name: (run / name).read_bytes() for name in (*_BESIDE, "rollouts_materialized_inputs.jsonl")}
+    files = ("rollouts.jsonl", "rollouts_failures.jsonl")
+    before = {name: _complete_lines(run / name) for name in files}
+    expected = json.loads((run / "expected.json").read_text())
     config = CollectionConfig(
-        input_path=run / "input" / "tasks.jsonl", output_path=run, agent_url=agent_url, max_attempts=3
+        input_path=run / "input" / "tasks.jsonl",
+        output_path=run,
+        agent_url=agent_url,
+        num_repeats=expected["num_repeats"],
+        max_attempts=3,
     )
     assert config.output_path == run / "rollouts.jsonl"
     summary = await collect(config)
-    expected = json.loads((run / "expected.json").read_text())["resume"]
+    resume = expected["resume"]
     assert (summary.already_done, summary.closed_on_resume) == (
-        expected["already_done"],
-        expected["closed_on_resume"],
+        resume["already_done"],
+        resume["closed_on_resume"],
     )
-    for name, content in before.items():
-        assert (run / name).read_bytes().startswith(content), "no row lost"
-    new = [row for row in read_rows(run / "rollouts.jsonl")][len(before["rollouts.jsonl"].splitlines()) :]
-    assert {row["rollout_id"]: row["attempt"] for row in new} == expected["dispatched"]
-    assert all(row["agent_ref"] == {"name": "simple_agent"} for row in new)
-    assert {name: (run / name).read_bytes() for name in extras} == extras
+    new = []
+    for name in files:
+        content = (run / name).read_bytes()
+        assert content.startswith(before[name]), "no row lost"
+        new += [normalized(json.loads(line)) for line in content[len(before[name]) :].splitlines()]
+    opened = [row for row in new if not row.get("closed_on_resume")]
+    assert {row["rollout_id"]: row["attempt"] for row in opened} == resume["dispatched"]
+    assert {name: (run / name).read_bytes() for name in beside} == beside
+    assert all("agent_ref" in row for row in new)
 
 
 # --- Reading materialized inputs -------------------------------------------------------------------
