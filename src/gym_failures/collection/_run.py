@@ -1,9 +1,25 @@
 """The collector: dispatch rollouts to an agent server, save each attempt's outcome and failure report.
 
-Tasks: the input is JSONL, one task object a line (`read_tasks`). A task's index is its 0-based line
-number, every line counted; blank lines and lines that are not a JSON object are skipped and counted
-(`CollectionSummary.blank_task_lines`, `invalid_task_lines`). The input is written once and never
-appended to, so an unterminated last line is an ordinary task. Tasks are sent as written.
+Tasks: the input is JSONL, one task object a line. Blank lines and lines that are not a JSON object
+are skipped and counted (`CollectionSummary.blank_task_lines`, `invalid_task_lines`). The input is
+written once and never appended to, so an unterminated last line is an ordinary task. Tasks are
+numbered as NeMo Gym numbers them (identical lines are one task; a row's own `_ng_task_index` is
+kept), and every rollout of the run is written, before the first is dispatched, to the materialized
+inputs `<output>_materialized_inputs.jsonl` in NeMo Gym's form (`gym_failures.materialized`): NeMo
+Gym's `resume_from_cache` resumes the run only when they exist. When they exist they are the run's
+inventory and numbering (a NeMo Gym run's, or ours): kept as they are, every rollout they list and no
+other, `num_repeats` aside, unless a resume is forced against another input (`force_resume`), which
+materializes the input again. A run saved before issue 19 (manifest version 2) keeps its own
+numbering, its line numbers, and gets its materialized inputs on its first resume. A task is sent as
+written, less the keys materialization adds (`agent_ref` and the indices).
+
+Rows (`gym_failures.row_keys`): a row keeps no bookkeeping where NeMo Gym averages it (a numeric
+top-level key without a leading `_`): the indices and the attempt are NeMo Gym's `_ng_task_index`,
+`_ng_rollout_index`, `_ng_attempt_index`; `final`, `final_reason`, `closed_on_resume` and the task's
+id are saved under `_gf_`. Every row and materialized input names its agent, `agent_ref`
+`{"name": <agent_name>}`, what NeMo Gym's aggregation groups a run's rows by; a resumed run keeps the
+name its materialized inputs give each rollout. No row is stamped `_ng_environment_server`: the
+collector sends to the agent itself, through no environment server, so that stamp would be untrue.
 
 Protocol with the agent server: `POST <agent_url>/run` with the JSON body
 `{"task": <input row>, "rollout_id": "<task>:<rollout>", "attempt": <n>}`; the reply is a
@@ -57,15 +73,17 @@ Resume: both output files are read, in any form NeMo Gym or gym-failures wrote
 (`gym_failures.rows.normalized`; rows NeMo Gym marked never to be saved are ignored and counted); a
 rollout with a success row or a final failure row is done, and any other continues at its next attempt
 number: one past the highest attempt, or past its number of failure rows when that is more (older NeMo
-Gym rows carry no attempt index). An output NeMo Gym wrote has no manifest: a resume accepts it when its
-first row is NeMo Gym's (its `_ng_task_index`, no `rollout_id`), and writes the manifest from then on.
+Gym rows carry no attempt index), which is NeMo Gym's `_ng_attempt_index` continued. An output NeMo Gym
+wrote has no manifest: a resume accepts it when its materialized inputs exist or its first row is NeMo
+Gym's (its `_ng_task_index`, no `rollout_id`), and writes the manifest from then on.
 A rollout whose recorded attempts already use up
 `max_attempts` (lowered since the earlier run) is not dispatched again: a copy of its last failure row
 closes it (`final_reason` `attempt_budget_exhausted`, `closed_on_resume` true).
 
 The manifest, `<output>.manifest.json`, holds the digest of the input file and `num_repeats` (the
-run's identity) and `expected_rollouts` (tasks times `num_repeats`, which `gym-failures gate` reads as the
-rollouts expected). Resuming against a different identity is refused with `collection_resume_refused`
+run's identity), `expected_rollouts` (the rollouts of its inventory, which `gym-failures gate` reads as
+the rollouts expected) and its `version` (3; a version 2 run resumes, and keeps its version: its
+numbering). Resuming against a different identity is refused with `collection_resume_refused`
 unless `force_resume` is set; only the identity is compared, so a manifest written before
 `expected_rollouts` existed still resumes. `max_attempts`, the concurrency and the agent URL may
 change between runs; no endpoint or credential is written to the manifest. The manifest is replaced
