@@ -11,7 +11,7 @@ A line is the input row, then `agent_ref` `{"name": <agent>}` (set on every row,
 `+agent_name` does), `_ng_task_index` and `_ng_rollout_index` (`_preprocess_raw_rows`, `:2044`). Rows
 are in input order, each line's rollouts together (NeMo Gym's order without `interleave_repeats`).
 
-Task numbering (`NEMO_GYM`, NeMo Gym's, `:2162`): a row's own `_ng_task_index` is kept; otherwise
+Task numbering (`NEMO_GYM`, NeMo Gym's, `:2160`): a row's own `_ng_task_index` is kept; otherwise
 lines of identical text share one index, and a new text takes the next (the count of distinct texts
 so far). A line's text is compared with its line terminator, `\\r\\n` read as `\\n`, as NeMo Gym reads
 the file in text mode (so an unterminated last line is a text of its own). A task's rollouts are

@@ -1,7 +1,7 @@
 """Where a saved row keeps gym-failures' bookkeeping: never where NeMo Gym takes it for a measurement.
 
 NeMo Gym averages every numeric top-level key of a row that does not start with `_` (booleans
-included: `nemo_gym/rollout_collection.py:2743`, and `/aggregate_metrics` through
+included: `nemo_gym/rollout_collection.py:2744`, and `/aggregate_metrics` through
 `nemo_gym/reward_profile.py:417`), so a bookkeeping number at the top level becomes a metric such as
 `mean/attempt`. The row contract (`gym_failures.rows`) keeps its keys in memory; on disk each lives
 in one place:
