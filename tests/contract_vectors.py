@@ -87,6 +87,7 @@ def read_row(row: dict[str, Any]) -> dict[str, Any]:
         "failure_reason": failure.get("failure_reason"),
         "stage": failure.get("stage"),
         "masked": view.get("masked", False),
+        "degraded": view.get("degraded", False),
     }
 
 
@@ -174,6 +175,18 @@ def _row_inputs() -> list[tuple[str, dict[str, Any]]]:
                 "response": response,
                 "mask_sample": True,
                 "failure_reason": "no verdict",
+                "failure_kind": "judge_failed",
+            },
+        ),
+        (
+            "NeMo Gym degraded row: a kind named, not masked",
+            {
+                "_ng_task_index": 0,
+                "_ng_rollout_index": 0,
+                "reward": 1.0,
+                "response": response,
+                "mask_sample": False,
+                "failure_reason": "judge retried once",
                 "failure_kind": "judge_failed",
             },
         ),
@@ -293,8 +306,8 @@ def _row_inputs() -> list[tuple[str, dict[str, Any]]]:
 
 def _record_inputs() -> list[tuple[str, Any]]:
     valid = {
-        "schema_version": 2,
-        "episode_id": {"rollout_id": "0:0", "attempt": 1, "repeat": 0},
+        "schema_version": 1,
+        "episode_id": {"rollout_id": "0-0", "attempt": 0},
         "run_id": "run-1",
         "source": "collector",
         "delivery": "possibly_delivered",
@@ -305,11 +318,13 @@ def _record_inputs() -> list[tuple[str, Any]]:
         },
         "exception_type": "asyncio.TimeoutError",
     }
-    v1 = {key: value for key, value in valid.items() if key not in ("episode_id", "delivery")}
-    v1.update(schema_version=1, rollout_id="0:0", attempt=1, repeat=0, delivered=None)
+    ours_v2 = {**valid, "schema_version": 2, "episode_id": {"rollout_id": "0:0", "attempt": 1, "repeat": 0}}
+    flat_v1 = {key: value for key, value in valid.items() if key not in ("episode_id", "delivery")}
+    flat_v1.update(schema_version=1, rollout_id="0:0", attempt=1, repeat=0, delivered=None)
     return [
-        ("version 2", valid),
-        ("version 1, migrated", v1),
+        ("version 1 (NeMo Gym's)", valid),
+        ("gym-failures' version 2, migrated", ours_v2),
+        ("gym-failures' flat version 1, migrated", flat_v1),
         ("version 3", {**valid, "schema_version": 3}),
         ("no version", {key: value for key, value in valid.items() if key != "schema_version"}),
         ("an unknown field", {**valid, "reward": 0.0}),
@@ -319,7 +334,13 @@ def _record_inputs() -> list[tuple[str, Any]]:
         ("HTTP status 600", {**valid, "http_status": 600}),
         ("exception type of 2000 characters", {**valid, "exception_type": "E" * 2000}),
         ("exception type of 2001 characters", {**valid, "exception_type": "E" * 2001}),
-        ("attempt 0", {**valid, "episode_id": {"rollout_id": "0:0", "attempt": 0, "repeat": 0}}),
+        ("attempt -1", {**valid, "episode_id": {"rollout_id": "0-0", "attempt": -1}}),
+        ("a rollout id with the reserved attempt suffix", {**valid, "episode_id": {"rollout_id": "0-a1"}}),
+        ("a rollout id with a colon", {**valid, "episode_id": {"rollout_id": "0:0", "attempt": 0}}),
+        (
+            "gym-failures' version 2, attempt 0",
+            {**ours_v2, "episode_id": {"rollout_id": "0:0", "attempt": 0}},
+        ),
     ]
 
 

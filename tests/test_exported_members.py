@@ -19,6 +19,7 @@ MODULES = [
     "gym_failures.failures",
     "gym_failures.gate",
     "gym_failures.nemo_gym",
+    "gym_failures.nemo_gym_server",
     "gym_failures.ray",
     "gym_failures.model_endpoint",
     "gym_failures.redaction",

@@ -18,6 +18,7 @@ from gym_failures import failure_kinds
 from gym_failures.failure_kinds import (
     _DEFAULT_CLASSIFICATION,
     _DEFAULT_RULES,
+    _FOREIGN_CLASSIFICATION,
     _MAX_WARNED_UNKNOWN,
     _NAME_PATTERN,
     FAILURE_KINDS,
@@ -619,9 +620,21 @@ class TestKindSets:
         assert set(_DEFAULT_CLASSIFICATION) == FAILURE_KINDS | GATE_DERIVED_KINDS
 
     def test_default_table_is_the_default_config(self) -> None:
+        """The vocabulary's table, and NeMo Gym's own labels that have no shared name, classified."""
         assert _default_classification_config().by_failure_kind == {
-            kind: cls for kind, (cls, _) in _DEFAULT_CLASSIFICATION.items()
+            **{kind: cls for kind, (cls, _) in _DEFAULT_CLASSIFICATION.items()},
+            **_FOREIGN_CLASSIFICATION,
         }
+        assert failure_kinds.FailureClassificationConfig().by_failure_kind == _DEFAULT_RULES.by_failure_kind
+
+    def test_nemo_gyms_foreign_labels_are_extensions_outside_the_vocabulary(self) -> None:
+        assert all(is_namespaced(kind) for kind in _FOREIGN_CLASSIFICATION)
+        assert not (set(_FOREIGN_CLASSIFICATION) & (FAILURE_KINDS | MODEL_FAULT_KINDS | SERVER_FAULT_KINDS))
+
+    def test_a_config_overrides_a_foreign_labels_class(self) -> None:
+        config = _config({"by_failure_kind": {"stirrup:transient": "model"}})
+        assert classify_failure("stirrup:transient", config=config) is MODEL
+        assert classify_failure("stirrup:transient") is EVALUATION
 
     @pytest.mark.parametrize("kind", sorted(SERVER_FAULT_KINDS))
     def test_server_faults_are_server_failures(self, kind: str) -> None:

@@ -52,8 +52,171 @@ def test_a_masked_completed_row_stays_a_success() -> None:
          "failure_reason": "no verdict", "failure_kind": "judge_failed"}
     )  # fmt: skip
     assert row["masked"] is True
+    assert "degraded" not in row
     assert "failure" not in row
     assert is_rollout_row(row)
+
+
+def test_a_result_naming_a_kind_without_mask_sample_is_degraded_not_masked() -> None:
+    """NeMo Gym masks on `mask_sample` alone: the kind is orthogonal (`BaseVerifyResponse`)."""
+    row = normalized(
+        {"_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 1.0, "response": {}, "mask_sample": False,
+         "failure_reason": "judge retried", "failure_kind": "judge_failed"}
+    )  # fmt: skip
+    assert "masked" not in row
+    assert (row["degraded"], nemo_gym.degraded_kind(row)) == (True, "judge_failed")
+    assert "failure" not in row
+
+
+@pytest.mark.parametrize(
+    ("label", "kind"),
+    [
+        ("judge_invalid", "judge_unparseable"),
+        ("timeout_exceeded", "agent_timeout"),
+        ("skipped", "stirrup:skipped"),
+        ("reference_missing", "gdpval:reference_missing"),
+        ("eval_missing", "gdpval:eval_missing"),
+        ("transport_ineligible", "gdpval:transport_ineligible"),
+        ("agent_run_error", "agent_run_error"),
+        ("label_from_the_future", "label_from_the_future"),
+    ],
+)
+def test_each_nemo_gym_label_is_read_as_a_kind(label: str, kind: str) -> None:
+    row = normalized({"_ng_task_index": 0, "_ng_rollout_index": 0, "_ng_failure_class": label})
+    assert row["failure"]["failure_kind"] == kind
+    assert row[nemo_gym.FAILURE_CLASS] == label, "the label as NeMo Gym wrote it is kept"
+
+
+def test_every_label_alias_names_a_classified_kind() -> None:
+    from gym_failures.failure_kinds import FailureClass, classify_failure
+
+    for label, kind in nemo_gym.LABEL_ALIASES.items():
+        assert classify_failure(kind) is not FailureClass.UNKNOWN, label
+
+
+def test_stirrups_error_message_is_a_reason() -> None:
+    row = normalized({"_ng_task_index": 0, "_ng_failure_class": "skipped", "error_message": "no deliverable"})
+    assert row["failure"]["failure_reason"] == "no deliverable"
+
+
+# --- The reply body NeMo Gym keeps --------------------------------------------------------------
+
+
+def _kept(body: bytes) -> str | None:
+    """`body` as NeMo Gym's collector keeps it (`_truncated_body`: 2000 characters, then "…")."""
+    if not body:
+        return None
+    text = body[: nemo_gym.MAX_BODY_CHARS * 4].decode("utf-8", "replace")
+    return text[: nemo_gym.MAX_BODY_CHARS] + ("…" if len(body) > nemo_gym.MAX_BODY_CHARS else "")
+
+
+def _our_body(kind: str, reason: str, event_id: str, shape: str = "gym") -> bytes:
+    from gym_failures.asgi import error_body
+    from gym_failures.failure_records import FailureEvent
+
+    event = FailureEvent(boundary="agent", failure_kind=kind, failure_reason=reason, event_id=event_id)
+    return error_body(event, status=500, shape=shape)  # type: ignore[arg-type]
+
+
+def test_our_error_body_gives_back_its_failure() -> None:
+    body = _kept(_our_body("model_server_error", "upstream 503", "abcDEF012345-_xy"))
+    assert nemo_gym.reported_failure(body) == {
+        "failure_kind": "model_server_error",
+        "failure_reason": "upstream 503",
+        "event_id": "abcDEF012345-_xy",
+        "boundary": "agent",
+        "truncated": False,
+    }
+
+
+def test_a_cut_body_is_read_as_far_as_it_goes() -> None:
+    body = _kept(_our_body("model_server_error", "r" * 1980 + " and the rest", "abcDEF012345-_xy"))
+    assert body is not None
+    assert body.endswith("…")
+    found = nemo_gym.reported_failure(body)
+    assert found is not None
+    assert (found["failure_kind"], found["truncated"]) == ("model_server_error", True)
+    assert "event_id" not in found, "the event id came after the cut"
+    assert found["failure_reason"].startswith("r" * 1900)
+    assert found["failure_reason"].endswith("…")
+
+
+def test_a_body_is_read_to_nemo_gyms_bound_and_no_further() -> None:
+    """NeMo Gym keeps 2000 characters and a "…": a kind that ends within them is read, one past not."""
+    kind = '"failure_kind": "agent_run_error"'
+    at_bound = "{" + " " * (nemo_gym.MAX_BODY_CHARS + 1 - len(kind) - 1) + kind
+    assert len(at_bound) == nemo_gym.MAX_BODY_CHARS + 1
+    assert nemo_gym.reported_failure(at_bound) is not None
+    assert nemo_gym.reported_failure("{ " + at_bound[1:]) is None
+
+
+def test_a_kind_is_at_most_128_characters(tmp_path: Path) -> None:
+    for length, found in ((128, True), (129, False)):
+        body = json.dumps({"failure_kind": "k" * length, "event_id": "e"})
+        assert (nemo_gym.reported_failure(body) is not None) is found
+        rows = tmp_path / f"rows-{length}.jsonl"
+        rows.write_text(
+            json.dumps({"_ng_failure_class": "agent_run_error", "_ng_failure_response_body": body}) + "\n"
+        )
+        assert len(summarize([rows]).by_reported_kind) == found
+
+
+def test_a_body_that_is_not_ours_names_nothing() -> None:
+    for body in (None, "", "Internal Server Error", '{"detail": "boom"}', "[1]", 7, '{"failure_kind": "X"}'):
+        assert nemo_gym.reported_failure(body) is None
+
+
+def test_a_secret_in_a_bodys_reason_is_redacted() -> None:
+    body = _kept(
+        _our_body("model_server_error", "call to https://user:hunter2secret@example.com failed", "a1")
+    )
+    found = nemo_gym.reported_failure(body)
+    assert found is not None
+    assert "hunter2secret" not in found["failure_reason"]
+
+
+_BODY_TEXT = st.text(alphabet=string.printable + 'é😀"\\\u2028', max_size=300)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    kind=st.sampled_from(["model_server_error", "agent_run_error", "env:slow_tool"]),
+    reason=_BODY_TEXT,
+    shape=st.sampled_from(["gym", "openai", "anthropic"]),
+    cut=st.integers(0, 400),
+)
+def test_any_prefix_of_our_body_reads_back_what_it_still_holds(
+    kind: str, reason: str, shape: str, cut: int
+) -> None:
+    whole = _our_body(kind, reason, "abcDEF012345-_xy", shape).decode()
+    found = nemo_gym.reported_failure(whole[:cut])
+    if found is None:
+        return
+    assert found["failure_kind"] == kind
+    assert found.get("event_id") in (None, "abcDEF012345-_xy")
+    text = found.get("failure_reason")
+    if text is not None:
+        from gym_failures.failures import bounded_text
+        from gym_failures.redaction import redact
+
+        assert len(text) <= 2000
+        assert redact(reason).startswith(text.removesuffix("…")) or bounded_text(redact(reason)) == text
+
+
+@given(
+    st.one_of(_BODY_TEXT, st.text(max_size=3000), st.binary(max_size=50).map(lambda b: b.decode("latin-1")))
+)
+def test_any_body_reads_without_raising(body: str) -> None:
+    found = nemo_gym.reported_failure(body)
+    if found is not None:
+        assert len(found["failure_kind"]) <= 128
+        assert len(found.get("failure_reason", "")) <= 2000
+        assert len(found.get("event_id", "")) <= 128
+
+
+@given(st.text(alphabet='{}"failure_kind: ', max_size=60).map(lambda t: "{" + t))
+def test_a_body_of_json_syntax_alone_reads_without_raising(body: str) -> None:
+    nemo_gym.reported_failure(body)
 
 
 @pytest.mark.parametrize(
@@ -128,44 +291,71 @@ def test_a_row_of_ours_reads_back_its_result_whole() -> None:
 
 
 def test_explain_finds_a_nemo_gym_rollout_by_its_id() -> None:
-    files = [RUNS / "mixed_attempts" / "rollouts.jsonl", RUNS / "mixed_attempts" / "rollouts_failures.jsonl"]
-    found = rollout_rows(files, "0:0")
+    """Rollout 3:0 of the run NeMo Gym resumed twice: two agent failures, then a success."""
+    files = [RUNS / "resumed" / "rollouts.jsonl", RUNS / "resumed" / "rollouts_failures.jsonl"]
+    found = rollout_rows(files, "3:0")
     assert [(item.attempt, item.outcome) for item in found] == [
         (1, "failure"),
         (2, "failure"),
         (3, "success"),
     ]
     assert found[1].failure is not None
-    assert found[1].failure["failure_reason"] == "judge said 'maybe'"
+    assert found[1].failure["failure_reason"] == "the harness exited 1"
 
 
-# --- The fixtures -----------------------------------------------------------------------------
+# --- The fixtures: runs NeMo Gym 0.7.0 made (examples/nemo_gym_runs/make_runs.py) ----------------
+
+_MASKING = (
+    "NeMo Gym masks by mask_sample alone; a result naming a failure_kind with mask_sample false is a "
+    "degraded, valid measurement, which our readers mask (issue 19, another helper's fix)"
+)
+_DENOMINATOR = (
+    "NeMo Gym's materialized inputs are the rollouts owed; a killed rollout left no row and is missing, "
+    "but our gate counts the rollouts it sees (issue 19, another helper's fix)"
+)
+SUMMARY_GAPS = {"degraded": _MASKING, "mixed": _MASKING}
+GATE_GAPS = {"degraded": _MASKING, "killed": _DENOMINATOR, "mixed": f"{_MASKING}; {_DENOMINATOR}"}
+
+
+def _cases(gaps: dict[str, str]) -> list[Any]:
+    return [
+        pytest.param(case, marks=pytest.mark.xfail(strict=True, reason=gaps[case])) if case in gaps else case
+        for case in CASES
+    ]
 
 
 def _files(case: str) -> list[Path]:
     return [RUNS / case / "rollouts.jsonl", RUNS / case / "rollouts_failures.jsonl"]
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_summarize_counts_each_fixture_as_expected(case: str) -> None:
+@pytest.mark.parametrize("case", _cases(SUMMARY_GAPS))
+def test_summarize_counts_each_nemo_gym_run_as_nemo_gym_does(case: str) -> None:
     expected = json.loads((RUNS / case / "expected.json").read_text())["summary"]
     summary = summarize(_files(case), max_attempts=3)
-    scalars = {
-        key: value for key, value in expected.items() if key not in ("torn_tails", "by_kind", "by_attempt")
-    }
-    assert {key: getattr(summary, key) for key in scalars} == scalars
-    assert len(summary.torn_tails) == expected["torn_tails"]
-    assert {item.value: item.count for item in summary.by_kind} == expected["by_kind"]
-    assert {str(item.attempt): [item.count, item.final] for item in summary.by_attempt} == expected[
-        "by_attempt"
+    scalars = [
+        "rows",
+        "success_rows",
+        "failure_rows",
+        "final_failure_rows",
+        "masked_success_rows",
+        "not_persisted_rows",
+        "other_rows",
     ]
+    assert {key: getattr(summary, key) for key in scalars} == {key: expected[key] for key in scalars}
+    assert len(summary.torn_tails) == expected["torn_tails"]
+    labels: Counter[str] = Counter()
+    for label, count in expected["by_label"].items():
+        labels[nemo_gym.LABEL_ALIASES.get(label, label)] += count
+    assert {item.value: item.count for item in summary.by_kind} == dict(labels)
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_the_gate_covers_each_fixture_as_expected(case: str) -> None:
+@pytest.mark.parametrize("case", _cases(GATE_GAPS))
+def test_the_gate_covers_each_nemo_gym_run_as_nemo_gym_does(case: str) -> None:
     expected = json.loads((RUNS / case / "expected.json").read_text())["gate"]
     coverage = read_coverage(_files(case), max_attempts=3)
-    assert {key: getattr(coverage, key) for key in expected} == expected
+    keys = ["expected", "seen", "scored", "masked", "retried_attempts", "missing", "not_persisted_rows"]
+    assert {key: getattr(coverage, key) for key in keys} == {key: expected[key] for key in keys}
+    assert sum(coverage.failed.values()) == expected["failed"]
 
 
 # --- SQL and Python agree ---------------------------------------------------------------------
@@ -180,7 +370,24 @@ _SCALAR = st.one_of(
     st.just({}),
     st.just([1]),
 )
-_LABEL = st.sampled_from(["judge_failed", "protocol_violation", "timeout_exceeded", "", None, 5, True])
+_LABEL = st.sampled_from(
+    ["judge_failed", "protocol_violation", "timeout_exceeded", "judge_invalid", "skipped", "", None, 5, True]
+)
+_BODY = st.one_of(
+    _SCALAR,
+    st.builds(
+        lambda kind, reason, cut: (
+            json.dumps(
+                {"failure_kind": kind, "failure_reason": reason, "event_id": "e1", "boundary": "agent"}
+            )[:cut]
+            + "…"
+        ),
+        st.sampled_from(["model_server_error", "env:x", "Bad"]),
+        _TEXT,
+        st.integers(0, 90),
+    ),
+    st.sampled_from(['{"failure_kind": "agent_run_error"}', ' \n{"failure_kind":"a:b"', '{"detail": 1}']),
+)
 _FAILURE = st.one_of(
     _SCALAR,
     st.fixed_dictionaries(
@@ -204,6 +411,8 @@ _ROW = st.fixed_dictionaries(
         "failure_kind": _SCALAR,
         "failure_reason": _SCALAR,
         "error": _SCALAR,
+        "error_message": _SCALAR,
+        "_ng_failure_response_body": _BODY,
         "_ng_failure_class": _LABEL,
         "_ng_failure_terminal": _SCALAR,
         "_ng_failure_message": _SCALAR,
@@ -225,6 +434,7 @@ def _python_counts(rows: list[dict[str, Any]], max_attempts: int) -> dict[str, A
     by_stage: Counter[str | None] = Counter()
     by_status: Counter[int | None] = Counter()
     reasons: Counter[tuple[str | None, str]] = Counter()
+    reported: Counter[str] = Counter()
     for raw in rows:
         row = normalized(raw, max_attempts)
         counts["rows"] += 1
@@ -245,9 +455,13 @@ def _python_counts(rows: list[dict[str, Any]], max_attempts: int) -> dict[str, A
             by_status[status if type(status) is int and 100 <= status <= 599 else None] += 1
             if isinstance(reason, str) and reason:
                 reasons[(kind, reason)] += 1
+            body = nemo_gym.reported_failure(row.get(nemo_gym.FAILURE_RESPONSE_BODY))
+            if body is not None:
+                reported[body["failure_kind"]] += 1
         elif "result" in row:
             counts["successes"] += 1
             counts["masked"] += row.get("masked") is True
+            counts["degraded"] += row.get("degraded") is True
         else:
             counts["other"] += 1
     return {
@@ -257,6 +471,7 @@ def _python_counts(rows: list[dict[str, Any]], max_attempts: int) -> dict[str, A
         "by_stage": +by_stage,
         "by_status": +by_status,
         "reasons": +reasons,
+        "reported": +reported,
     }
 
 
@@ -269,6 +484,7 @@ def _sql_counts(path: Path, max_attempts: int) -> dict[str, Any]:
         final=summary.final_failure_rows,
         successes=summary.success_rows,
         masked=summary.masked_success_rows,
+        degraded=summary.degraded_success_rows,
         other=summary.other_rows,
     )
     by_attempt: Counter[tuple[int, bool]] = Counter()
@@ -282,6 +498,7 @@ def _sql_counts(path: Path, max_attempts: int) -> dict[str, Any]:
         "by_stage": +Counter({item.value: item.count for item in summary.by_stage}),
         "by_status": +Counter({item.value: item.count for item in summary.by_http_status}),
         "reasons": +Counter({(item.kind, item.reason): item.count for item in summary.top_reasons}),
+        "reported": +Counter({item.value: item.count for item in summary.by_reported_kind}),
     }
 
 

@@ -19,7 +19,7 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
     rows.py               SAVED     the row contract: reading, writing, manifests
     collection/                     dispatch rollouts, save rows, attempt budgets, resume
     nemo_gym.py                     NeMo Gym's row keys and labels, read and written beside ours
-    rollout_failure.py              the per-attempt record (NeMo Gym's RolloutFailure, version 2)
+    rollout_failure.py              the per-attempt record (NeMo Gym's RolloutFailure, version 1)
     wire_contract.py                the JSON Schemas of the header, the stream field and the rows
     ray/                            failures through Ray, and collection spread over Ray workers
     gate/                           the acceptance gate over saved rows

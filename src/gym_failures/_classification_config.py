@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from gym_failures.failure_kinds import (
     _DEFAULT_CLASSIFICATION,
+    _FOREIGN_CLASSIFICATION,
     _STAGE_DEFAULT_CLASSES,
     FailureClass,
     FailureStage,
@@ -78,7 +79,10 @@ class FailureClassificationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)  # see StageClassificationConfig
 
     by_failure_kind: dict[str, FailureClass] = Field(
-        default_factory=lambda: {kind: cls for kind, (cls, _) in _DEFAULT_CLASSIFICATION.items()}
+        default_factory=lambda: {
+            **{kind: cls for kind, (cls, _) in _DEFAULT_CLASSIFICATION.items()},
+            **_FOREIGN_CLASSIFICATION,
+        }
     )
     by_stage: dict[FailureStage, StageClassificationConfig] = Field(default_factory=stage_defaults)
     by_status_code: dict[StatusCode, FailureClass] = Field(default_factory=dict)

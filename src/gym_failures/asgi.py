@@ -13,6 +13,14 @@ boundary with `default_failure_kind`, its type recorded and a bounded reason fro
 URL secrets and the request's own credential values are removed. If the response had already started,
 the exception is re-raised and no second start is ever sent.
 
+An HTTP library's own status error (an `aiohttp.ClientResponseError` from NeMo Gym's `raise_for_status`
+or `response.raise_for_status()`, an httpx `HTTPStatusError`) keeps the upstream reply's headers: the
+upstream failure they report is rebuilt (`gym_failures.client.status_error_failure`). A status error
+that escapes the handler is replied with as that upstream failure, as `raise_boundary_failure` would
+have raised it (so is gym-failures' own `raise_for_status` error); an exception raised `from` one is
+this server's failure with the upstream failure as its cause. Call sites that never use gym-failures'
+client helpers still send the cause chain with its origin ids.
+
 Streaming replies pass through byte for byte: `send` is wrapped, never buffered. A server puts the
 report into its terminal SSE event with `stream_failure_field` (from `gym_failures.reply`, re-exported
 here); a relay passes a stream on unchanged with `relay_stream`, which reads the stream's report and
@@ -67,6 +75,7 @@ from collections.abc import (
 from typing import Any, Literal
 
 from gym_failures._request_log import CURRENT_REQUEST_LOG
+from gym_failures.client import status_error_failure
 from gym_failures.failure_kinds import INFRASTRUCTURE_ERROR, FailureStage
 from gym_failures.failure_records import FailureBoundary, FailureEvent, FailureReport
 from gym_failures.failure_transport import FailureHeader, RequestFailureLog, StreamFailureReportReader
@@ -189,8 +198,10 @@ class FailureReportMiddleware:
             stage=self.stage,
             exception_type=type_name,
         )
-        # An explicit cause: the Gym failure under `error`, if any, becomes this failure's cause.
-        failure.__cause__ = error
+        # An explicit cause: the Gym failure under `error`, if any, becomes this failure's cause; else
+        # the upstream failure an HTTP status error's reply named (NeMo Gym's `raise_for_status`).
+        upstream = status_error_failure(error)
+        failure.__cause__ = error if upstream is None else upstream
         return failure
 
     def _failure_of(
@@ -200,19 +211,30 @@ class FailureReportMiddleware:
 
         A task group raises an exception group: a group whose one leaf is a Gym failure is that
         failure (a model-side failure must not become this server's `infrastructure_error`); in a
-        larger group, the first Gym leaf is the wrapper's cause and the others are observations.
+        larger group, the first Gym leaf is the wrapper's cause and the others are observations. An
+        HTTP status error that escaped the handler stands for the upstream failure it names
+        (`_escaped_upstream`), alone or as a group's one leaf.
         """
         if isinstance(error, NgFailureEvent):
             return error
+        escaped = _escaped_upstream(error)
+        if escaped is not None:
+            return escaped
         if isinstance(error, BaseExceptionGroup):
             leaves = list(_leaves(error))
-            # A leaf raised `from` a Gym failure carries it, as outside a group.
+            if len(leaves) == 1:
+                only = leaves[0] if isinstance(leaves[0], NgFailureEvent) else _escaped_upstream(leaves[0])
+                if only is not None:
+                    return only
+            # A leaf raised `from` a Gym failure carries it, as outside a group; so does a library's
+            # status error with the upstream reply's report.
             found = (
-                leaf if isinstance(leaf, NgFailureEvent) else explicit_gym_cause(leaf) for leaf in leaves
+                leaf
+                if isinstance(leaf, NgFailureEvent)
+                else explicit_gym_cause(leaf) or status_error_failure(leaf)
+                for leaf in leaves
             )
             gym = [failure for failure in found if failure is not None]
-            if len(leaves) == 1 and isinstance(leaves[0], NgFailureEvent):
-                return leaves[0]
             failure = self._wrap(error, known_secrets)
             if gym:
                 failure.__cause__ = gym[0]
@@ -336,6 +358,21 @@ def _with_report_header(message: Message, log: RequestFailureLog) -> Message:
     if fitted.header_value is not None:
         headers.append((_HEADER_NAME, fitted.header_value.encode("ascii")))
     return {**message, "headers": headers}
+
+
+def _escaped_upstream(error: BaseException) -> NgFailureEvent | None:
+    """The upstream failure an HTTP status error that escaped the handler names, or `None`.
+
+    The handler did not handle the failed call, so the reply forwards the upstream failure as
+    `raise_boundary_failure` raises it: this server added nothing to it, and its own
+    `infrastructure_error` on top would hide a model-side failure. gym-failures' own
+    `raise_for_status` error carries the failure (`.failure`, its cause); another library's status
+    error (NeMo Gym's `raise_for_status`) is rebuilt from the reply headers it kept.
+    """
+    carried = getattr(error, "failure", None)
+    if isinstance(carried, NgFailureEvent) and error.__cause__ is carried:
+        return carried
+    return status_error_failure(error, chain=False)
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:

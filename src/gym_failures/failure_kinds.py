@@ -424,6 +424,34 @@ _DEFAULT_CLASSIFICATION.update(
 # - collection_*, cohort_incomplete, rollout_allocation_ended, persistence_failed, shutdown,
 #   cancelled: the run itself stopped or lost the rollout.
 
+# NeMo Gym 0.7.0's own labels that have no shared name, as `gym_failures.nemo_gym.LABEL_ALIASES` reads
+# them (`<server>:<kind>` extensions, so a config can override each), with their default class. Kept
+# apart from `_DEFAULT_CLASSIFICATION`, the vocabulary's own table: they join `by_failure_kind`'s
+# defaults, never `FAILURE_KINDS`, `MODEL_FAULT_KINDS` or `SERVER_FAULT_KINDS`. docs/decisions.md
+# ("NeMo Gym's run directories read as NeMo Gym reads them") gives each one's reading.
+_FOREIGN_CLASSIFICATION: dict[str, FailureClass] = {
+    # GDPVal's environment faults (resources_servers/gdpval/app.py): the evaluation's reference files,
+    # its eval directory, or every judge's eligibility for the payload.
+    "gdpval:reference_missing": _E,
+    "gdpval:eval_missing": _E,
+    "gdpval:transport_ineligible": _E,
+    # Stirrup's routing classes (responses_api_agents/stirrup_agent/app.py), which its pinchbench and
+    # nooa agents reuse: a sample that cannot be run, a verify call that failed on the way or cannot
+    # succeed unchanged, an agent's own code raising, a rollout that never finished.
+    "stirrup:skipped": _E,
+    "stirrup:transient": _E,
+    "stirrup:permanent": _E,
+    "stirrup:legitimate": _E,
+    "stirrup:incomplete": _E,
+    # tau2 (responses_api_agents/tau2/app.py): a tool call the policy malformed is the policy's own
+    # output; any other tau2 failure is the harness's.
+    "tau2:malformed_tool_call": _M,
+    "tau2:agent_error": _E,
+    # The remote agent (responses_api_agents/remote_agent/app.py): its endpoint down, timed out or
+    # replying malformed, or its seed or verify call failing.
+    "remote_agent:error": _E,
+}
+
 MODEL_FAULT_KINDS: frozenset[str] = frozenset(
     kind for kind, (classification, _) in _DEFAULT_CLASSIFICATION.items() if classification is _M
 )
@@ -692,7 +720,10 @@ class _Rules:
 
 # `FailureClassificationConfig()`'s values (tests/test_failure_kinds.py keeps them equal, field by field).
 _DEFAULT_RULES = _Rules(
-    by_failure_kind={kind: cls for kind, (cls, _) in _DEFAULT_CLASSIFICATION.items()},
+    by_failure_kind={
+        **{kind: cls for kind, (cls, _) in _DEFAULT_CLASSIFICATION.items()},
+        **_FOREIGN_CLASSIFICATION,
+    },
     by_stage={stage: _StageRules({}, cls) for stage, cls in _STAGE_DEFAULT_CLASSES.items()},
     by_status_code={},
     default_class=FailureClass.UNKNOWN,

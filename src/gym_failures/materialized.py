@@ -21,7 +21,7 @@ number, every line counted.
 
 Where NeMo Gym stops on a bad line (a blank line, a line that is not a JSON object), gym-failures
 skips it and counts it (`TaskScan`), as it always has; a row whose own `_ng_task_index` is no
-non-negative integer is skipped and counted the same way (it could name no rollout of ours).
+integer is skipped and counted the same way (it could name no rollout of ours).
 
 The task sent to the agent is the row as written, less the keys materialization adds or decides
 (`agent_ref`, `_ng_task_index`, `_ng_rollout_index`: the rollout's routing and identity, which the
@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from gym_failures.nemo_gym import INVENTORY_SUFFIX, materialized_inputs_path
 from gym_failures.rows import TaskScan
 
 __all__ = [
@@ -58,7 +59,7 @@ __all__ = [
 
 _LOGGER = logging.getLogger("gym_failures.collection")
 
-MATERIALIZED_SUFFIX: Final = "_materialized_inputs"
+MATERIALIZED_SUFFIX: Final = INVENTORY_SUFFIX
 AGENT_REF: Final = "agent_ref"
 _TASK_INDEX: Final = "_ng_task_index"
 _ROLLOUT_INDEX: Final = "_ng_rollout_index"
@@ -70,8 +71,9 @@ LINES: Final[Numbering] = "lines"
 
 
 def materialized_path(output_path: Path) -> Path:
-    """`<dir>/<stem>.jsonl` -> `<dir>/<stem>_materialized_inputs.jsonl`, as NeMo Gym names it."""
-    return output_path.with_name(f"{output_path.stem}{MATERIALIZED_SUFFIX}.jsonl")
+    """`<dir>/<stem>.jsonl` -> `<dir>/<stem>_materialized_inputs.jsonl`, as NeMo Gym names it (the
+    readers' `gym_failures.nemo_gym.materialized_inputs_path`)."""
+    return materialized_inputs_path(output_path)
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class MaterializedRollout:
 
 
 def _index(value: object) -> int | None:
-    return value if type(value) is int and value >= 0 else None
+    return value if type(value) is int else None
 
 
 def _agent_name(row: dict[str, Any]) -> str | None:
@@ -140,7 +142,7 @@ def materialize(
                 scan.tasks -= 1
                 scan.invalid_lines.append(number)
                 _LOGGER.warning(
-                    "%s:%d: a task whose own %s is no non-negative integer, skipped",
+                    "%s:%d: a task whose own %s is no integer, skipped",
                     path,
                     number + 1,
                     _TASK_INDEX,
@@ -202,7 +204,7 @@ class MaterializedScan:
 def read_materialized(path: Path, scan: MaterializedScan | None = None) -> list[MaterializedRollout]:
     """The inventory in the materialized inputs `path`, NeMo Gym's or ours, in file order.
 
-    A line that is not a JSON object with non-negative integer `_ng_task_index` and
+    A line that is not a JSON object with integer `_ng_task_index` and
     `_ng_rollout_index` names no rollout: it is skipped, counted in `scan` and logged; so is a line
     that repeats a rollout (its first line is kept). The file is written whole before a run starts
     and never appended to, so an unterminated last line is an ordinary line.

@@ -13,18 +13,31 @@ which `gym_failures.rows.normalized` applies to every row):
 - A completed row is flat: `reward` and `response` (and the verifier's other fields) at the top level.
   It becomes a success row whose `result` holds every key of the row that is neither a row-contract key
   nor an `_ng_*` key; without a `verification` its `reward` is the verdict (`reward_is_verdict`, which
-  the gate reads). `mask_sample` true, or a `failure_kind` string, marks it `masked`: a complete
-  result that must not be trained on. It stays a result (a success, masked), never a failure.
-- A failure row has `_ng_failure_class` (the label) and `_ng_failure_terminal`. It becomes a failure
-  row: `failure` = {`failure_kind`: the label (`LABEL_ALIASES` applied), `failure_reason`: the first
-  string of `REASON_KEYS`, `stage`: `_ng_failure_stage`, `terminal`}; `final` is true when it is
-  terminal or its attempt reaches the attempt budget (`max_rollout_attempts`), with `final_reason`
-  `terminal` or `attempt_budget_exhausted`; `from_nemo_gym` true says the failure was read from these
-  keys (older rows have no attempt index, so readers count such rows per rollout, as NeMo Gym's
-  resume does: one attempt a row). `_ng_failure_http_status` is the HTTP status readers use
-  when the row's report names none.
+  the gate reads). `mask_sample` true, and only that, marks it `masked`: a complete result that must
+  not be trained on, as NeMo Gym masks (`BaseVerifyResponse.mask_sample`). A result that names a
+  `failure_kind` with `mask_sample` false is a valid measurement that degraded on the way: it is
+  marked `degraded` (`degraded_kind`), never masked, and scored like any other. Either way it stays a
+  result (a success), never a failure.
+- A failure row has `_ng_failure_class` (the label) and `_ng_failure_terminal`. It becomes a failure row:
+  `failure` = {`failure_kind`: the label read as a kind (`nemo_label`: `LABEL_ALIASES`), `failure_reason`: the
+  first string of `REASON_KEYS`, `stage`: `_ng_failure_stage`, `terminal`}; `final` is true when it is
+  terminal or its attempt reaches the attempt budget (`max_rollout_attempts`), with `final_reason` `terminal`
+  or `attempt_budget_exhausted`; `from_nemo_gym` true says the failure was read from these keys (older rows
+  have no attempt index, so readers count such rows per rollout, as NeMo Gym's resume does: one attempt a
+  row). `_ng_failure_http_status` is the HTTP status readers use when the row's report names none.
 - A row marked `_ng_no_persist` (kill-shaped) or `_ng_dispatch_drained` (cancelled) was never meant to
   be saved: `is_not_persisted`; readers skip it and count it.
+- `_ng_failure_response_body` is the failed `/run` reply's body as NeMo Gym keeps it (no headers; at
+  most 2000 characters, then "…": `nemo_gym/rollout_collection.py` `_truncated_body`). When that body
+  is gym-failures' own error body (`gym_failures.asgi.error_body`), `reported_failure` reads the
+  failure it names back (kind, reason, event id, boundary), as far as a cut body goes; the row itself
+  is left as NeMo Gym wrote it.
+
+A NeMo Gym run directory (`nemo_gym/path_utils.py`, `nemo_gym/health/types.py`) holds
+`<stem>.jsonl` and `<stem>_failures.jsonl` (the rows), `<stem>_materialized_inputs.jsonl` (one line
+per rollout it owes: the run's inventory, `materialized_inputs_path`, `read_inventory`),
+`<stem>_aggregate_metrics.json`, `rollout_verdicts.jsonl` and `quality_summary.json` (its health
+checks). `is_report_file` names the files that are no rows.
 
 Every key is kept, `_ng_*` keys this module does not know included: reading adds keys, never removes
 one. A row that already has a contract key keeps it (a row gym-failures wrote has both forms; the
@@ -41,16 +54,26 @@ a failure row `_ng_failure_class`, `_ng_failure_terminal`, `_ng_failure_message`
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
-from gym_failures.failure_kinds import ENVIRONMENT_PROTOCOL_VIOLATION
+from gym_failures.failure_kinds import (
+    AGENT_TIMEOUT,
+    ENVIRONMENT_PROTOCOL_VIOLATION,
+    JUDGE_UNPARSEABLE,
+)
 
 __all__ = [
     "AGENT_REF",
     "ATTEMPT_INDEX",
+    "BODY_KIND_REGEX",
+    "BODY_START_REGEX",
     "CONTRACT_KEYS",
     "DEFAULT_MAX_ATTEMPTS",
     "DISPATCH_DRAINED",
@@ -63,19 +86,28 @@ __all__ = [
     "FAILURE_STAGE",
     "FAILURE_TERMINAL",
     "FAILURE_TYPE",
+    "INVENTORY_SUFFIX",
     "LABEL_ALIASES",
     "MAX_ATTEMPTS_ENV",
+    "MAX_BODY_CHARS",
     "NO_PERSIST",
     "REASON_KEYS",
     "ROLLOUT_ID",
     "ROLLOUT_INDEX",
     "TASK_ID",
     "TASK_INDEX",
+    "Inventory",
+    "degraded_kind",
     "failure_keys",
+    "inventory_paths",
     "is_not_persisted",
+    "is_report_file",
+    "materialized_inputs_path",
     "max_rollout_attempts",
     "nemo_label",
+    "read_inventory",
     "read_nemo_gym",
+    "reported_failure",
     "success_keys",
 ]
 
@@ -106,15 +138,50 @@ REASON_KEYS: tuple[str, ...] = (
     FAILURE_JUDGE_ERROR,
     "failure_reason",
     "error",
+    "error_message",
     "_ng_failure_reason",
 )
-"""Where a NeMo Gym failure row keeps its reason, in the order read: the first string wins. `error` is
-the older rows' key; `_ng_failure_reason` is what gym-failures' first reader looked for."""
+"""Where a NeMo Gym failure row keeps its reason, in the order read: the first string wins.
+`_ng_failure_message` is the collector's own (`nemo_gym/rollout_collection.py`
+`_agent_request_failure_row`, `_episode_record`); `error` is what its tau2, nooa, remote and Harbor
+agents write; `error_message` its Stirrup agent's (`responses_api_agents/stirrup_agent/app.py`
+`_build_failed_run_payload`) and the collector's drained rows'; `_ng_failure_reason` is what
+gym-failures' first reader looked for."""
 
-LABEL_ALIASES: Mapping[str, str] = {"protocol_violation": ENVIRONMENT_PROTOCOL_VIOLATION}
-"""Labels a peer writes for a kind the reference names otherwise. Other labels are kept as written
-(older ones such as `timeout_exceeded` and `skipped` included): a reader classifies an unregistered
-label as unknown rather than guessing what it meant."""
+LABEL_ALIASES: Mapping[str, str] = {
+    # Read as the shared kind NeMo Gym's own code names for the label.
+    "protocol_violation": ENVIRONMENT_PROTOCOL_VIOLATION,
+    "judge_invalid": JUDGE_UNPARSEABLE,  # nemo_gym/rollout_collection.py migrate_invalid_judge_main_rows
+    "timeout_exceeded": AGENT_TIMEOUT,  # nemo_gym/rollout_collection.py is_terminal_failure
+    # No shared name: read as the `<server>:<kind>` extension of the component that writes it, which
+    # `gym_failures.failure_kinds` classifies (`_FOREIGN_CLASSIFICATION`).
+    "reference_missing": "gdpval:reference_missing",
+    "eval_missing": "gdpval:eval_missing",
+    "transport_ineligible": "gdpval:transport_ineligible",
+    "skipped": "stirrup:skipped",
+    "transient": "stirrup:transient",
+    "permanent": "stirrup:permanent",
+    "legitimate": "stirrup:legitimate",
+    "incomplete": "stirrup:incomplete",
+    "tau2_malformed_tool_call": "tau2:malformed_tool_call",
+    "tau2_agent_error": "tau2:agent_error",
+    "remote_agent_error": "remote_agent:error",
+}
+"""Every `_ng_failure_class` label NeMo Gym 0.7.0 and its bundled agents, resources and environment
+servers write that is not a kind of the shared vocabulary, read as a kind (docs/decisions.md, "NeMo
+Gym's run directories read as NeMo Gym reads them", gives each one's class, stage and retry reading).
+Labels that are kinds (`agent_run_error`, `judge_failed`, `kill_shaped`, ...) are read as written;
+a label neither knows is kept as written and classifies as unknown rather than being guessed."""
+
+MAX_BODY_CHARS: Final = 2000
+"""How much of a failed reply's body NeMo Gym keeps (`_MAX_FAILURE_BODY_CHARS`), "…" marking a cut."""
+
+INVENTORY_SUFFIX: Final = "_materialized_inputs"
+"""`<stem>_materialized_inputs.jsonl`: NeMo Gym's inventory of the rollouts a run owes
+(`nemo_gym/path_utils.py` `materialized_path_for`)."""
+
+_REPORT_FILES: Final = frozenset({"rollout_verdicts.jsonl", "quality_summary.json"})
+_REPORT_SUFFIXES: Final = (f"{INVENTORY_SUFFIX}.jsonl", "_aggregate_metrics.json")
 
 MAX_ATTEMPTS_ENV: Final = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
 DEFAULT_MAX_ATTEMPTS: Final = 3
@@ -162,6 +229,75 @@ def nemo_label(label: object) -> str | None:
     if not isinstance(label, str):
         return None
     return LABEL_ALIASES.get(label, label)
+
+
+def is_report_file(path: Path) -> bool:
+    """Whether `path` is one of the files NeMo Gym writes beside a run's rows that holds no rows: its
+    materialized inputs, aggregate metrics, and health-check reports (`rollout_verdicts.jsonl`,
+    `quality_summary.json`)."""
+    return path.name in _REPORT_FILES or path.name.endswith(_REPORT_SUFFIXES)
+
+
+def materialized_inputs_path(rows_path: Path) -> Path:
+    """The materialized inputs beside the run whose rows are `rows_path` (`<stem>.jsonl` or
+    `<stem>_failures.jsonl`): `<stem>_materialized_inputs.jsonl`, whether or not it exists."""
+    stem = rows_path.stem
+    if stem.endswith("_failures") and len(stem) > len("_failures"):
+        stem = stem[: -len("_failures")]
+    return rows_path.with_name(f"{stem}{INVENTORY_SUFFIX}.jsonl")
+
+
+def inventory_paths(rows_paths: Iterable[Path]) -> list[Path]:
+    """The materialized inputs that exist beside `rows_paths`, each once, sorted."""
+    return sorted({found for path in rows_paths if (found := materialized_inputs_path(path)).is_file()})
+
+
+@dataclass
+class Inventory:
+    """The rollouts a run's materialized inputs owe, as `(task_index, rollout_index)` keys."""
+
+    paths: list[Path]
+    keys: set[tuple[int, int]] = field(default_factory=set)
+    lines: int = 0
+    """Non-blank lines, as NeMo Gym counts the rollouts expected (one a line)."""
+    invalid_lines: int = 0
+    """Lines that are not a JSON object naming two integer indices: no rollout this reader can match."""
+
+
+def read_inventory(paths: Iterable[Path]) -> Inventory:
+    """The rollouts the materialized inputs `paths` owe. Each line is one rollout, keyed by its
+    `_ng_task_index` and `_ng_rollout_index`; a line without both is counted in `invalid_lines` and
+    never raises. Files of several runs are read into one set (each run numbers its tasks from 0, as
+    the row readers do)."""
+    inventory = Inventory(paths=list(paths))
+    for path in inventory.paths:
+        try:
+            handle = path.open("rb")
+        except OSError:
+            _LOGGER.warning("%s: cannot be read; its rollouts are not counted", path)
+            continue
+        with handle:
+            for line in handle:
+                if not line.strip():
+                    continue
+                inventory.lines += 1
+                key = _inventory_key(line)
+                if key is None:
+                    inventory.invalid_lines += 1
+                else:
+                    inventory.keys.add(key)
+    return inventory
+
+
+def _inventory_key(line: bytes) -> tuple[int, int] | None:
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(row, dict):
+        return None
+    task, rollout = _int(row.get(TASK_INDEX)), _int(row.get(ROLLOUT_INDEX))
+    return None if task is None or rollout is None else (task, rollout)
 
 
 def is_not_persisted(row: Mapping[str, Any]) -> bool:
@@ -259,8 +395,78 @@ def read_nemo_gym(row: dict[str, Any], max_attempts: int | None = None) -> None:
     ):
         # gym-failures keeps the response at the top level, where NeMo Gym reads it, and not twice.
         row["result"] = {**result, "response": row["response"]}
-    if row.get("mask_sample") is True or isinstance(row.get("failure_kind"), str):
+    if row.get("mask_sample") is True:
         row["masked"] = True
+    elif isinstance(row.get("failure_kind"), str):
+        row["degraded"] = True
+
+
+def degraded_kind(row: Mapping[str, Any]) -> str | None:
+    """The kind a degraded result (`degraded`: a `failure_kind` named, `mask_sample` not true) names."""
+    kind = row.get("failure_kind")
+    return kind if row.get("degraded") is True and isinstance(kind, str) else None
+
+
+# gym-failures' error body (`gym_failures.asgi.error_body`): ASCII JSON, so a field is found by its
+# key; a value cut off by NeMo Gym's bound is read as far as it goes. The kind's pattern is the
+# summary's too (`gym_failures.reporting.summary`), so both read one body alike.
+BODY_START_REGEX: Final = r"^[\t\n\f\r ]*\{"
+BODY_KIND_REGEX: Final = r'"failure_kind"[\t\n\f\r ]*:[\t\n\f\r ]*"([a-z][a-z0-9_]*(:[a-z][a-z0-9_]*)?)"'
+_BODY_START = re.compile(BODY_START_REGEX)
+_BODY_KIND = re.compile(BODY_KIND_REGEX)
+_BODY_EVENT_ID = re.compile(r'"event_id"\s*:\s*"([A-Za-z0-9_.:-]{1,128})"')
+_BODY_BOUNDARY = re.compile(r'"boundary"\s*:\s*"([a-z_]{1,32})"')
+_BODY_REASON = re.compile(r'"failure_reason"\s*:\s*"((?:[^"\\]|\\.)*)(")?')
+# A cut in the middle of an escape: a partial `\uXXXX`, or the first half of a surrogate pair.
+_CUT_ESCAPE = re.compile(r"(\\u[dD][89abAB][0-9a-fA-F]{2}|\\u[0-9a-fA-F]{0,3})$")
+_MAX_KIND_CHARS = 128
+
+
+def reported_failure(body: object) -> dict[str, Any] | None:
+    """The failure a failed reply's kept body names, when the body is gym-failures' error body (it
+    names a `failure_kind`); None for any other body, or none.
+
+    The answer holds `failure_kind`, and `event_id`, `boundary` and `failure_reason` where the body
+    still holds them, and `truncated` (the body was cut: the reason, if any, is its part before the
+    cut). The reason is redacted (`gym_failures.redaction.redact`) and bounded to 2000 characters; the
+    body is only read, never trusted, and nothing in it makes this raise.
+    """
+    if not isinstance(body, str):
+        return None
+    text = body[: MAX_BODY_CHARS + 1]
+    if _BODY_START.match(text) is None:
+        return None
+    kind = _BODY_KIND.search(text)
+    if kind is None or len(kind.group(1)) > _MAX_KIND_CHARS:
+        return None
+    truncated = text.endswith("…") or not text.rstrip().endswith("}")
+    found: dict[str, Any] = {"failure_kind": kind.group(1), "truncated": truncated}
+    for name, pattern in (("event_id", _BODY_EVENT_ID), ("boundary", _BODY_BOUNDARY)):
+        match = pattern.search(text)
+        if match is not None:
+            found[name] = match.group(1)
+    reason = _BODY_REASON.search(text)
+    if reason is not None:
+        literal = reason.group(1)
+        if reason.group(2) is None:  # cut inside the reason
+            literal = _CUT_ESCAPE.sub("", literal.removesuffix("…"))
+        decoded = _json_string(literal)
+        if decoded is not None:
+            # Imported here: the row readers need neither for a row without a body.
+            from gym_failures.failures import bounded_text
+            from gym_failures.redaction import redact
+
+            cut = "…" if reason.group(2) is None else ""
+            found["failure_reason"] = bounded_text(redact(decoded) + cut)
+    return found
+
+
+def _json_string(literal: str) -> str | None:
+    try:
+        value = json.loads(f'"{literal}"')
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def success_keys(

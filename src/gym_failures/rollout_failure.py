@@ -1,10 +1,11 @@
-"""The per-attempt failure record, compatible with NeMo Gym's `RolloutFailure` (schema version 2).
+"""The per-attempt failure record: NeMo Gym 0.7.0's `RolloutFailure`, exactly (schema version 1).
 
-One record describes one failed attempt of one rollout, as the collector saw it:
+One record describes one failed attempt of one rollout, as the collector saw it. Its fields are NeMo
+Gym's (nemo_gym/rollout_outcomes.py:14, nemo_gym/episode_types.py:24), with its bounds, and no other:
 
-- `episode_id`: `rollout_id` (`"<task>:<rollout>"`), `attempt` (1-based, as gym-failures numbers
-  attempts; NeMo Gym's `_ng_attempt_index` is `attempt - 1`) and `repeat` (the rollout's index among
-  its task's repeats);
+- `schema_version`: 1 (a record without one is version 1, as NeMo Gym reads it);
+- `episode_id`: `rollout_id` (letters, digits, `.`, `_`, `-`, starting with a letter or digit, never
+  ending in NeMo Gym's reserved attempt suffix `-a<N>`) and `attempt` (0-based: 0 is the first);
 - `run_id`: the collection run (kept in its manifest, so a resumed run keeps it);
 - `source`: `environment` when the environment answered with the failure (an episode failure, or an
   HTTP error reply), `collector` when the collector itself failed the attempt (no reply, a reply it
@@ -16,22 +17,37 @@ One record describes one failed attempt of one rollout, as the collector saw it:
 - `failure`: the attempt's `EpisodeFailure`; `http_status` (100-599) of the reply, when there was
   one; `exception_type` (at most 2000 characters) of the error that failed the attempt.
 
-The record is frozen and refuses unknown fields. `read_rollout_failure` reads either version and
-refuses any other: a reader never guesses at a record it does not know. No reward is ever inferred
-from a failure: the record has no reward.
+The record is frozen and refuses unknown fields, as NeMo Gym's does. No reward is ever inferred from
+a failure: the record has no reward.
 
-Version 1 (gym-failures' reconstruction; NeMo Gym's own version-1 code was not available): the episode
-id's fields flat at the top level (`rollout_id`, `attempt`, `repeat`) and a tri-state `delivered`
-(`false`, `null` for "may have been", `true`) in place of `delivery`. The mapping is one to one, so a
-record migrates to version 2 (`migrate_v1`) and back (`to_v1`) without loss.
+Our rollouts and attempts in NeMo Gym's terms (`EpisodeId.of`, and back `EpisodeId.gym_rollout_id`,
+`EpisodeId.gym_attempt`): gym-failures' rollout id `"<task>:<rollout>"` is NeMo Gym's
+`"<task>-<rollout>"`, the id NeMo Gym itself derives from a row's task and rollout indices
+(nemo_gym/rollout_correlation.py:41, nemo_gym/rollout_collection.py:307), so both sides name a rollout
+alike; any other id NeMo Gym accepts is kept as it is, and one it refuses is refused here too. Our
+1-based attempt is NeMo Gym's 0-based `attempt` plus one.
+
+Decisions:
+- We add nothing to the record: what else we know of an attempt (its 1-based attempt, its rollout's
+  index, our rollout id) is in its row. A field of our own would go beside the record under its own
+  row key and version, never into it: NeMo Gym forbids extra fields.
+- `read_rollout_failure` reads NeMo Gym's record and the two gym-failures wrote before, migrated on
+  read: "schema version 2" (nested `episode_id` with our rollout id, a 1-based `attempt` and
+  `repeat`) and the earlier flat "version 1" (`rollout_id`, `attempt`, `repeat` at the top level and
+  a tri-state `delivered`: `false`, `null` for "may have been", `true`), which is told from NeMo
+  Gym's version 1 by its top-level `rollout_id` and no `episode_id`. `repeat` is dropped: it is the
+  row's rollout index. Any other version, or a record none of them reads, is refused with a
+  `ValueError` (`UnsupportedSchemaVersion`, `InvalidRolloutFailure`, or pydantic's
+  `ValidationError`) naming what is wrong: a reader never guesses at a record it does not know.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gym_failures.failure_records import EpisodeFailure
 
@@ -39,15 +55,15 @@ __all__ = [
     "SCHEMA_VERSION",
     "Delivery",
     "EpisodeId",
+    "InvalidRolloutFailure",
     "RolloutFailure",
     "UnsupportedSchemaVersion",
     "delivery_of",
-    "migrate_v1",
+    "nemo_gym_rollout_id",
     "read_rollout_failure",
-    "to_v1",
 ]
 
-SCHEMA_VERSION: Literal[2] = 2
+SCHEMA_VERSION: Literal[1] = 1
 
 Delivery = Literal["not_sent", "possibly_delivered", "delivered"]
 
@@ -56,11 +72,10 @@ _DELIVERY_BY_HTTP: Mapping[str, Delivery] = {
     "unknown": "possibly_delivered",
     "answered": "delivered",
 }
-_V1_DELIVERED: Mapping[Delivery, bool | None] = {
-    "not_sent": False,
-    "possibly_delivered": None,
-    "delivered": True,
-}
+_ROLLOUT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ATTEMPT_SUFFIX = re.compile(r"-a[1-9][0-9]*$")
+_OURS = re.compile(r"^([0-9]+):([0-9]+)$")
+_THEIRS = re.compile(r"^([0-9]+)-([0-9]+)$")
 
 
 def delivery_of(http_delivery: str) -> Delivery:
@@ -72,24 +87,63 @@ class UnsupportedSchemaVersion(ValueError):
     """A record of a schema version this reader does not know."""
 
 
+class InvalidRolloutFailure(ValueError):
+    """A record of a known version whose shape no reader of that version takes."""
+
+
+def nemo_gym_rollout_id(rollout_id: str) -> str:
+    """`rollout_id` as NeMo Gym names it: `"<task>:<rollout>"` is `"<task>-<rollout>"`; an id NeMo Gym
+    accepts is kept; any other is refused (`InvalidRolloutFailure`)."""
+    ours = _OURS.match(rollout_id)
+    if ours:
+        return f"{ours.group(1)}-{ours.group(2)}"
+    if _ROLLOUT_ID.match(rollout_id) and not _ATTEMPT_SUFFIX.search(rollout_id):
+        return rollout_id
+    raise InvalidRolloutFailure(f"rollout id {rollout_id!r:.80} has no NeMo Gym form")
+
+
 class EpisodeId(BaseModel):
-    """Which attempt of which rollout."""
+    """Which attempt of which rollout: NeMo Gym's `EpisodeId` (0-based `attempt`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rollout_id: str = Field(min_length=1, max_length=128)
-    attempt: int = Field(ge=1)
-    repeat: int = Field(ge=0)
+    rollout_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    attempt: int = Field(default=0, ge=0)
+
+    @field_validator("rollout_id")
+    @classmethod
+    def _reserve_attempt_suffix(cls, rollout_id: str) -> str:
+        if _ATTEMPT_SUFFIX.search(rollout_id):
+            raise ValueError("rollout_id must not end with the reserved attempt suffix '-a<N>'")
+        return rollout_id
+
+    @classmethod
+    def of(cls, rollout_id: str, attempt: int) -> EpisodeId:
+        """Our rollout id and 1-based attempt as NeMo Gym's episode id (see the module docstring)."""
+        if type(attempt) is not int or attempt < 1:
+            raise InvalidRolloutFailure(f"a gym-failures attempt is an integer from 1, not {attempt!r:.40}")
+        return cls(rollout_id=nemo_gym_rollout_id(rollout_id), attempt=attempt - 1)
+
+    @property
+    def gym_rollout_id(self) -> str:
+        """The rollout id as gym-failures names it: `"<task>-<rollout>"` is `"<task>:<rollout>"`."""
+        theirs = _THEIRS.match(self.rollout_id)
+        return f"{theirs.group(1)}:{theirs.group(2)}" if theirs else self.rollout_id
+
+    @property
+    def gym_attempt(self) -> int:
+        """The attempt as gym-failures numbers it, from 1."""
+        return self.attempt + 1
 
 
 class RolloutFailure(BaseModel):
-    """One failed attempt of one rollout, as the collector saw it (see the module docstring)."""
+    """One failed attempt of one rollout, as the collector saw it: NeMo Gym's `RolloutFailure`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[1] = SCHEMA_VERSION
     episode_id: EpisodeId
-    run_id: str = Field(min_length=1, max_length=128)
+    run_id: str = Field(min_length=1)
     source: Literal["environment", "collector"]
     delivery: Delivery
     failure: EpisodeFailure
@@ -103,38 +157,55 @@ class RolloutFailure(BaseModel):
         return self
 
 
-def migrate_v1(data: Mapping[str, Any]) -> dict[str, Any]:
-    """A version-1 record's fields as version 2 (validate with `RolloutFailure.model_validate`)."""
+def read_rollout_failure(data: object) -> RolloutFailure:
+    """The record `data` holds: NeMo Gym's, or one gym-failures wrote before, migrated (see the module
+    docstring). Anything else raises a `ValueError` saying why."""
+    if not isinstance(data, Mapping):
+        raise InvalidRolloutFailure(f"a rollout failure record is a JSON object, not {type(data).__name__}")
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if type(version) is not int or version not in (1, 2):
+        raise UnsupportedSchemaVersion(f"rollout failure schema version {version!r:.40} is not 1 or 2")
+    if version == 2:
+        return RolloutFailure.model_validate(_from_our_v2(data))
+    if "episode_id" not in data and "rollout_id" in data:
+        return RolloutFailure.model_validate(_from_our_flat_v1(data))
+    return RolloutFailure.model_validate(data)
+
+
+def _our_episode(rollout_id: object, attempt: object) -> dict[str, Any]:
+    if not isinstance(rollout_id, str):
+        raise InvalidRolloutFailure("a gym-failures record's rollout_id is a string")
+    episode = EpisodeId.of(rollout_id, attempt)  # type: ignore[arg-type]  # checked there
+    return episode.model_dump()
+
+
+def _from_our_v2(data: Mapping[str, Any]) -> dict[str, Any]:
+    """gym-failures' "version 2": NeMo Gym's fields, but our rollout id, a 1-based attempt, `repeat`."""
     record = dict(data)
-    if record.pop("schema_version", None) != 1:
-        raise UnsupportedSchemaVersion("migrate_v1 takes a version-1 record")
-    episode = {key: record.pop(key) for key in ("rollout_id", "attempt", "repeat") if key in record}
+    episode = record.get("episode_id")
+    if not isinstance(episode, Mapping):
+        raise InvalidRolloutFailure("a version-2 record's episode_id is an object")
+    unknown = set(episode) - {"rollout_id", "attempt", "repeat"}
+    if unknown:
+        raise InvalidRolloutFailure(
+            f"a version-2 episode_id has no field {sorted(map(str, unknown))[0]!r:.40}"
+        )
+    record["episode_id"] = _our_episode(episode.get("rollout_id"), episode.get("attempt"))
+    record["schema_version"] = SCHEMA_VERSION
+    return record
+
+
+def _from_our_flat_v1(data: Mapping[str, Any]) -> dict[str, Any]:
+    """gym-failures' flat "version 1": the episode's fields at the top level and `delivered`."""
+    record = dict(data)
+    rollout_id, attempt = record.pop("rollout_id"), record.pop("attempt", None)
+    record.pop("repeat", None)
     if "delivered" not in record:
-        raise ValueError("a version-1 record has `delivered` (true, false or null)")
+        raise InvalidRolloutFailure("a flat version-1 record has `delivered` (true, false or null)")
     delivered = record.pop("delivered")
     if delivered is not None and not isinstance(delivered, bool):
-        raise ValueError("a version-1 `delivered` is true, false or null")
-    delivery = {False: "not_sent", None: "possibly_delivered", True: "delivered"}[delivered]
-    return {"schema_version": SCHEMA_VERSION, "episode_id": episode, "delivery": delivery, **record}
-
-
-def to_v1(record: RolloutFailure) -> dict[str, Any]:
-    """`record` as a version-1 record, for a reader that knows only version 1."""
-    data = record.model_dump(mode="json", exclude_none=True)
-    data.pop("schema_version")
-    episode = data.pop("episode_id")
-    delivery: Delivery = data.pop("delivery")
-    return {"schema_version": 1, **episode, "delivered": _V1_DELIVERED[delivery], **data}
-
-
-def read_rollout_failure(data: object) -> RolloutFailure:
-    """The record `data` holds, version 1 migrated; `UnsupportedSchemaVersion` for any other version,
-    `pydantic.ValidationError` for unknown fields or invalid values."""
-    if not isinstance(data, Mapping):
-        raise UnsupportedSchemaVersion("a rollout failure record is a JSON object")
-    version = data.get("schema_version")
-    if version == 1 and type(version) is int:
-        return RolloutFailure.model_validate(migrate_v1(data))
-    if version == SCHEMA_VERSION and type(version) is int:
-        return RolloutFailure.model_validate(data)
-    raise UnsupportedSchemaVersion(f"rollout failure schema version {version!r:.40} is not 1 or 2")
+        raise InvalidRolloutFailure("a flat version-1 `delivered` is true, false or null")
+    record["delivery"] = {False: "not_sent", None: "possibly_delivered", True: "delivered"}[delivered]
+    record["episode_id"] = _our_episode(rollout_id, attempt)
+    record["schema_version"] = SCHEMA_VERSION
+    return record

@@ -56,7 +56,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gym_failures.nemo_gym import FAILURE_CLASS, FAILURE_TERMINAL, is_not_persisted, read_nemo_gym
+from gym_failures.nemo_gym import (
+    FAILURE_CLASS,
+    FAILURE_TERMINAL,
+    is_not_persisted,
+    is_report_file,
+    materialized_inputs_path,
+    read_nemo_gym,
+)
 from gym_failures.row_keys import read_saved_keys
 
 __all__ = [
@@ -181,12 +188,15 @@ def row_files(directory: Path) -> list[Path]:
     `<output>.manifest.json` in it, `<output>.jsonl` and `<output>_failures.jsonl` where they exist.
 
     Other JSONL beside them (a run's tasks, a demo's injected faults) is no row file. A directory
-    without a manifest (rows copied by hand, or saved by another tool) gives every `*.jsonl` directly
-    inside it.
+    without a manifest (a NeMo Gym run, rows copied by hand, or saved by another tool) gives every
+    `*.jsonl` directly inside it but the files NeMo Gym writes beside its rows that hold none (its
+    materialized inputs and health reports: `gym_failures.nemo_gym.is_report_file`).
     """
     manifests = sorted(directory.glob(f"*{MANIFEST_SUFFIX}"))
     if not manifests:
-        return sorted(child for child in directory.glob("*.jsonl") if child.is_file())
+        return sorted(
+            child for child in directory.glob("*.jsonl") if child.is_file() and not is_report_file(child)
+        )
     files: list[Path] = []
     for manifest in manifests:
         rows = manifest.with_name(manifest.name[: -len(MANIFEST_SUFFIX)] + ".jsonl")
@@ -206,9 +216,12 @@ def run_rows_file(directory: Path) -> Path | None:
 
 def run_failures_file(rows_path: Path) -> Path | None:
     """The failure rows of the run whose success rows are `rows_path`, when a collection manifest
-    beside it says it is a run's rows file (`<output>.manifest.json` beside `<output>.jsonl`) and
-    `<output>_failures.jsonl` exists; None otherwise (a failures file, or rows of no run)."""
-    if rows_path.suffix != ".jsonl" or not manifest_path(rows_path).is_file():
+    (`<output>.manifest.json`) or NeMo Gym's materialized inputs (`<output>_materialized_inputs.jsonl`)
+    beside it say it is a run's rows file and `<output>_failures.jsonl` exists; None otherwise (a
+    failures file, or rows of no run)."""
+    if rows_path.suffix != ".jsonl" or rows_path.stem.endswith(FAILURES_SUFFIX):
+        return None
+    if not manifest_path(rows_path).is_file() and not materialized_inputs_path(rows_path).is_file():
         return None
     failures = failures_path(rows_path)
     return failures if failures.is_file() else None

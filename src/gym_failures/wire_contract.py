@@ -116,7 +116,9 @@ def schemas() -> dict[str, dict[str, Any]]:
         "success_row": _schema(SuccessRow, "Success row", "A row of <output>.jsonl (docs/rows.md)."),
         "failure_row": _schema(FailureRow, "Failure row", "A row of <output>_failures.jsonl (docs/rows.md)."),
         "rollout_failure": _schema(
-            RolloutFailure, "RolloutFailure (schema version 2)", "One failed attempt as the collector saw it."
+            RolloutFailure,
+            "RolloutFailure (NeMo Gym's, schema version 1)",
+            "One failed attempt as the collector saw it.",
         ),
     }
 

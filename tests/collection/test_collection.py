@@ -250,7 +250,8 @@ async def test_a_legacy_sidecar_row_counts_as_a_final_outcome(tmp_path: Path, ag
     summary = await collect(config.model_copy(update={"force_resume": True}))
     assert (summary.already_done, summary.attempts) == (1, 1)
     (row,) = _rows(config.failures_path)
-    assert row["failure"] == {"failure_kind": "judge_invalid", "failure_reason": "", "terminal": True}
+    # NeMo Gym's `judge_invalid` label is read as the shared kind its code names (`judge_unparseable`).
+    assert row["failure"] == {"failure_kind": "judge_unparseable", "failure_reason": "", "terminal": True}
 
 
 _COLLECT_SCRIPT = """

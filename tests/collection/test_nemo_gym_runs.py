@@ -46,13 +46,16 @@ def _rows(run: Path) -> list[dict[str, Any]]:
 def test_every_case_is_in_the_fixtures() -> None:
     assert CASES == [
         "completed",
+        "degraded",
         "exhausted",
         "failed",
+        "judge_failed",
+        "judge_invalid",
+        "killed",
         "masked",
-        "mixed_attempts",
-        "older_error_rows",
+        "mixed",
+        "resumed",
         "terminal",
-        "torn",
     ]
 
 
@@ -107,18 +110,22 @@ async def test_a_resumed_run_keeps_every_rollout_once_with_continuous_attempts(
     }
     assert set(outcomes.values()) == {1}
     for rollout, numbers in attempts.items():
-        if case == "older_error_rows" and rollout == "0:0":
-            continue  # older rows have no attempt index: three rows, each read as attempt 1
         assert sorted(numbers) == list(range(1, len(numbers) + 1)), rollout
 
 
 async def test_rows_written_into_a_nemo_gym_run_carry_nemo_gym_keys(tmp_path: Path, agent_url: str) -> None:
     run = _copy("failed", tmp_path)
+    before = set(_lines(run / "rollouts.jsonl"))
     await collect(_config(run, agent_url))
-    added = json.loads(_lines(run / "rollouts.jsonl")[-1])
-    assert added[nemo_gym.TASK_INDEX] == 1
+    (added,) = [
+        row
+        for line in _lines(run / "rollouts.jsonl")
+        if line not in before
+        for row in [json.loads(line)]
+        if row[nemo_gym.TASK_INDEX] == 1
+    ]
     assert added[nemo_gym.ROLLOUT_INDEX] == 0
-    assert added[nemo_gym.ATTEMPT_INDEX] == 2
+    assert added[nemo_gym.ATTEMPT_INDEX] == 1, "NeMo Gym's 0-based index: one failed attempt before"
     assert added["reward"] == 1.0
     assert "response" not in added["result"], "the response is saved once, at the top level"
 
@@ -140,7 +147,8 @@ async def test_a_failure_row_carries_nemo_gym_failure_keys_and_its_record(
     assert nemo_gym.ATTEMPT_INDEX not in raw, "NeMo Gym leaves the index out on the first attempt"
     record = read_rollout_failure(raw["rollout_failure"])
     assert (record.source, record.delivery, record.http_status) == ("environment", "delivered", 200)
-    assert record.episode_id.rollout_id == "0:0"
+    assert (record.episode_id.rollout_id, record.episode_id.attempt) == ("0-0", 0)  # NeMo Gym's form
+    assert (record.episode_id.gym_rollout_id, record.episode_id.gym_attempt) == ("0:0", 1)
     manifest = json.loads(config.manifest_path.read_text())
     assert record.run_id == manifest["run_id"]
 
@@ -240,17 +248,29 @@ async def test_a_masked_result_is_saved_as_a_masked_success(tmp_path: Path, agen
     assert row["masked"] is True
 
 
-async def test_a_run_directory_names_its_rows_file(tmp_path: Path, agent_url: str) -> None:
+async def test_a_nemo_gym_run_directory_names_its_rows_file(tmp_path: Path, agent_url: str) -> None:
     run = _copy("failed", tmp_path)
     config = CollectionConfig(input_path=run / "input" / "tasks.jsonl", output_path=run, agent_url=agent_url)
     assert config.output_path == run / "rollouts.jsonl"
     summary = await collect(config)
-    assert (summary.already_done, summary.attempts) == (1, 1)
+    assert (summary.already_done, summary.attempts) == (1, 3)
+
+
+async def test_a_run_directory_names_its_rows_file(tmp_path: Path, agent_url: str) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(RUNS / "failed" / "rollouts.jsonl", run / "rollouts.jsonl")
+    shutil.copy(RUNS / "failed" / "rollouts_failures.jsonl", run / "rollouts_failures.jsonl")
+    tasks = RUNS / "failed" / "input" / "tasks.jsonl"
+    config = CollectionConfig(input_path=tasks, output_path=run, agent_url=agent_url)
+    assert config.output_path == run / "rollouts.jsonl"
+    summary = await collect(config)
+    assert (summary.already_done, summary.attempts) == (1, 3)
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert CollectionConfig(
-        input_path=run / "input" / "tasks.jsonl", output_path=empty, agent_url=agent_url
-    ).output_path == (empty / "rollouts.jsonl")
+    assert CollectionConfig(input_path=tasks, output_path=empty, agent_url=agent_url).output_path == (
+        empty / "rollouts.jsonl"
+    )
 
 
 def test_a_run_directory_with_two_row_files_is_refused(tmp_path: Path) -> None:

@@ -1,24 +1,18 @@
 """End to end: NeMo Gym 0.7.0's full collector, `resume_from_cache=True`, resumes a run gym-failures'
 collector wrote, over NeMo Gym's own servers (`tests.nemo_gym_peer.world`); then our collector resumes
 the directory NeMo Gym resumed. No row is lost, no finished rollout runs again, either way.
-
-`tests/nemo_gym_peer/world.py` comes with the NeMo Gym world (another part of issue 19): until it is
-there this module's test is a strict xfail naming it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from gym_failures.collection import CollectionConfig, collect, read_rows
 from gym_failures.rows import JsonlScan
+from tests.nemo_gym_peer.world import NemoGymWorld
 
 AGENT = "gf_writer_agent"
 BOOKKEEPING = {
@@ -30,7 +24,6 @@ BOOKKEEPING = {
     "task_id",
     "final_reason",
 }
-_WORLD = importlib.util.find_spec("tests.nemo_gym_peer.world") is not None
 
 
 def _task(number: int, mode: str) -> dict[str, Any]:
@@ -65,19 +58,9 @@ def _lines(path: Path) -> list[bytes]:
     return path.read_bytes().splitlines() if path.exists() else []
 
 
-@pytest.mark.xfail(
-    not _WORLD,
-    strict=True,
-    reason="needs tests/nemo_gym_peer/world.py, the NeMo Gym world another part of issue 19 brings",
-    raises=ModuleNotFoundError,
-)
 def test_nemo_gyms_collector_resumes_our_run_and_our_collector_resumes_it_back(
     tmp_path: Path, agent_url: str
 ) -> None:
-    # Imported by name: the module is not in every branch yet (see the module docstring).
-    world_module: Any = importlib.import_module("tests.nemo_gym_peer.world")
-    NemoGymWorld = world_module.NemoGymWorld  # noqa: N806 (the class, under its own name)
-
     input_path = tmp_path / "input" / "tasks.jsonl"
     input_path.parent.mkdir()
     input_path.write_text("".join(json.dumps(task) + "\n" for task in TASKS))

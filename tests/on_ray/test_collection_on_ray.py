@@ -196,22 +196,29 @@ async def test_workers_ray_cannot_place_end_the_run_with_a_clear_failure(
     tmp_path: Path, agent_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The session's Ray has two CPUs and each worker asks one: a third never starts. The two that
-    start work meanwhile; at the attempt timeout the run sends no more attempts, saves those in
-    flight and ends, and a resume with two workers finishes it. (A worker is given at least 60 s to
-    start, whatever the attempt timeout: lowered here to the timeout, to keep the test short.)"""
+    start work meanwhile; when the start window closes the run sends no more attempts, saves those
+    in flight and ends, and a resume with two workers finishes it.
+
+    The window runs on the test's own clock, not a real one (which would make the test depend on how
+    fast Ray starts a worker here): it closes once the two placeable workers are up and have worked.
+    The third is impossible by construction (no CPU is left for it), not by a deadline."""
     from gym_failures.ray import _collect
 
-    monkeypatch.setattr(_collect, "_MIN_START_S", 0.0)
-    # 56 x 0.4 s at 8 in flight is 2.8 s of work: the run cannot end before the 2 s timeout, and two
-    # workers start well within it, even on a busy machine (0.1 - 1.2 s here).
+    async def window(self: RayCollector, up: list[asyncio.Future[Any]]) -> set[asyncio.Future[Any]]:
+        while sum(started.done() for started in up) < 2 or self.progress.attempts < 1:
+            await asyncio.sleep(0.01)
+        return {started for started in up if not started.done()}
+
+    monkeypatch.setattr(_collect.RayCollector, "_start_window", window)
+    # 56 x 0.4 s at 8 in flight is at least 2.8 s of work: the window closes long before it is done.
     tasks = [{"mode": "ok", "sleep": 0.4} for _ in range(56)]
-    config = _config(tmp_path / "long" / "out", agent_url, tasks, timeout_s=2)
-    with pytest.raises(CollectionFailure, match=r"1 of 3 Ray workers did not start within 2 s") as ended:
+    config = _config(tmp_path / "long" / "out", agent_url, tasks, timeout_s=60)
+    with pytest.raises(CollectionFailure, match=r"1 of 3 Ray workers did not start within 60 s") as ended:
         await collect_on_ray(config, workers=3)
     assert ended.value.failure_kind == "collection_dispatch_failed"
     assert "collect again with fewer workers" in ended.value.failure_reason
     before = rows_of(config)
-    assert 0 < len(before) < 56, "the started workers worked until the timeout, and the run then ended"
+    assert 0 < len(before) < 56, "the started workers worked until the window closed, and the run then ended"
     assert all("failure" not in row for row in before), "the attempts in flight were saved, not cut off"
     assert (await collect_on_ray(config, workers=2)).succeeded == 56 - len(before), "the workers were ended"
     rows = assert_whole(config, 56)

@@ -237,7 +237,7 @@ def test_records_and_reports_pass_as_values() -> None:
     report = _chained().failure_report()
     event = report.events["model-1"]
     record = RolloutFailure(
-        episode_id={"rollout_id": "0:0", "attempt": 1, "repeat": 0},
+        episode_id={"rollout_id": "0-0", "attempt": 0},
         run_id="run",
         source="environment",
         delivery="delivered",

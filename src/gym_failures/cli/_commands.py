@@ -406,8 +406,9 @@ def add_gate(commands: Subcommands) -> None:
         "--expected",
         type=_at_least(0),
         metavar="N",
-        help="rollouts expected (default: the collection manifest beside the rows, "
-        "<output>.manifest.json; without one, the distinct rollouts seen, with a warning)",
+        help="rollouts expected (default: NeMo Gym's materialized inputs beside the rows, "
+        "<output>_materialized_inputs.jsonl, else the collection manifest, <output>.manifest.json; "
+        "without either, the distinct rollouts seen, with a warning)",
     )
     for name, what in (
         ("min_scored_share", "least share of expected rollouts scored"),
@@ -756,8 +757,11 @@ def _no_success(failures: Path, agent_url: str, summary: CollectionSummary) -> i
 
 def longest_chain(files: Iterable[Path]) -> RowExplanation | None:
     """The failed attempt with the longest cause chain in `files`, a final one on a tie, the first
-    one on a further tie; None when no row has a failure event."""
+    one on a further tie; None when no row has a failure event. A row NeMo Gym wrote without a report
+    whose kept reply body is gym-failures' error body (`nemo_gym.reported_failure`) has a chain of one,
+    the failure that body names."""
     from gym_failures.failure_transport import FailureReportRow
+    from gym_failures.nemo_gym import FAILURE_RESPONSE_BODY, reported_failure
     from gym_failures.reporting.explain import line_row
     from gym_failures.rows import parse_line
 
@@ -775,6 +779,8 @@ def longest_chain(files: Iterable[Path]) -> RowExplanation | None:
                 depth, event_id = 0, report.failure_id
                 while event_id is not None and event_id in report.events and depth <= len(report.events):
                     depth, event_id = depth + 1, report.events[event_id].cause_id
+                if not depth and reported_failure(row.get(FAILURE_RESPONSE_BODY)) is not None:
+                    depth = 1
                 key = (depth, row.get("final") is True, -order, -number)
                 if depth and (best is None or key > best):
                     best, where = key, (path, number)

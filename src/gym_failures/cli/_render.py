@@ -113,17 +113,31 @@ def _group_table(title: str, groups: Sequence[GroupCount]) -> Table | Text:
     return table
 
 
-def print_summary(summary: Summary) -> None:
-    """`summary` as tables: the totals, then failures by class, kind, boundary, stage, status and attempt."""
-    console = stdout()
+def _print_totals(console: Console, summary: Summary) -> None:
+    """The summary's first lines: its row counts, and the rollouts the materialized inputs owe."""
     console.print(
         Text(
             f"{plural(summary.rows, 'row')}: {plural(summary.success_rows, 'success row')} "
-            f"({summary.recovered_success_rows} recovered from failures), "
+            f"({summary.recovered_success_rows} recovered from failures, {summary.masked_success_rows} "
+            f"masked, {summary.degraded_success_rows} degraded), "
             f"{plural(summary.failure_rows, 'failure row')} ({summary.final_failure_rows} final), "
             f"{plural(summary.other_rows, 'other line')}"
         )
     )
+    if summary.expected_rollouts is not None:
+        console.print(
+            cell(
+                f"{plural(summary.expected_rollouts, 'rollout')} in the materialized inputs, "
+                f"{summary.missing_rollouts} left no row at all ({', '.join(summary.materialized_inputs)})",
+                style="yellow" if summary.missing_rollouts else "",
+            )
+        )
+
+
+def print_summary(summary: Summary) -> None:
+    """`summary` as tables: the totals, then failures by class, kind, boundary, stage, status and attempt."""
+    console = stdout()
+    _print_totals(console, summary)
     for torn in summary.torn_tails:
         console.print(cell(f"{torn.path}: torn last line ({torn.bytes} bytes) skipped", style="yellow"))
     if not summary.failure_rows:
@@ -153,6 +167,8 @@ def print_summary(summary: Summary) -> None:
             f"{kind.share:.1%}",
         )
     console.print(classes, kinds)
+    if summary.by_reported_kind:
+        console.print(_group_table("kind the reply's body names", summary.by_reported_kind))
     for title, groups in (
         ("boundary", summary.by_boundary),
         ("stage", summary.by_stage),
@@ -248,6 +264,10 @@ def explanation_tree(explanation: RowExplanation) -> Tree:
         title.append("success", style="green")
         if explanation.reward is not None:
             title.append(f" · reward {explanation.reward:g}")
+        if explanation.masked:
+            title.append(" · masked (mask_sample)", style="yellow")
+        elif explanation.degraded_kind is not None:
+            title.append(f" · degraded ({_clean(explanation.degraded_kind)}, not masked)", style="yellow")
     else:
         title.append("failure", style="red")
         if explanation.final:
@@ -265,11 +285,23 @@ def explanation_tree(explanation: RowExplanation) -> Tree:
         if failure.get("failure_reason"):
             text.append(f"\n{_clean(failure['failure_reason'])}", style="italic")
         tree.add(text)
+    reported = explanation.reported_failure
+    if reported is not None:
+        text = Text("the reply's body names: ")
+        text.append(_clean(reported.get("failure_kind")), style="bold")
+        for name in ("boundary", "event_id"):
+            if reported.get(name):
+                text.append(f"  {name.replace('_', ' ')}={_clean(reported[name])}")
+        if reported.get("truncated"):
+            text.append("  (body cut by NeMo Gym's bound: read as far as it goes)", style="dim")
+        if reported.get("failure_reason"):
+            text.append(f"\n{_clean(reported['failure_reason'])}", style="italic")
+        tree.add(text)
     if explanation.omitted:
         tree.add(Text("[omitted] this report lost events on the way (too large, or invalid)", style="yellow"))
     if explanation.tree is not None:
         _add_chain(tree, explanation.tree, "✖ ")
-    elif failure is not None:
+    elif failure is not None and reported is None:
         tree.add(Text("no failure event saved for this row", style="dim"))
     if explanation.observations:
         observed = tree.add(Text("other observations", style="bold"))
@@ -294,6 +326,8 @@ def print_verdict(verdict: GateVerdict) -> None:
 
     add("expected", coverage.expected)
     add("scored", coverage.scored, style="green")
+    add("  of which degraded", coverage.degraded)
+    add("masked", coverage.masked)
     for cls in FailureClass:
         add(f"failed, {cls.value}", coverage.failed[cls.value], style=_CLASS_STYLES[cls.value])
     add("gate-derived, model", coverage.gate_derived["model"], style="blue")
@@ -302,12 +336,23 @@ def print_verdict(verdict: GateVerdict) -> None:
     if coverage.unscored:
         add("unscored (no verdict)", coverage.unscored)
     add("missing", coverage.missing)
+    if coverage.left_no_row:
+        add("  of which left no row", coverage.left_no_row)
     if coverage.unexpected:
         add("unexpected", coverage.unexpected)
     console = stdout()
     console.print(table)
-    if coverage.expected_source == "manifest":
+    if coverage.expected_source in ("manifest", "materialized_inputs"):
         console.print(cell(f"expected from {', '.join(coverage.manifests)}", style="dim"))
+    if coverage.missing_rollouts:
+        shown = ", ".join(coverage.missing_rollouts)
+        more = coverage.missing - len(coverage.missing_rollouts)
+        console.print(
+            cell(f"missing rollouts: {shown}" + (f" and {more} more" if more > 0 else ""), style="dim")
+        )
+    if coverage.degraded_by_kind:
+        degraded = ", ".join(f"{kind} {count}" for kind, count in coverage.degraded_by_kind.items())
+        console.print(cell(f"degraded (scored, a failure kind named): {degraded}", style="dim"))
     kinds = Counter(coverage.failed_by_kind) + Counter(coverage.gate_derived_by_kind)
     if kinds:
         by_kind = Table(title="Outcomes by kind", title_justify="left")

@@ -13,6 +13,10 @@ one's module here is imported on the first reply or error of that library the he
   own `raise_for_status` would (`aiohttp.ClientResponseError`, `httpx.HTTPStatusError`; precisely
   their subclasses `GymClientResponseError`, `GymHTTPStatusError`), so existing `except` blocks keep
   working, carrying `.failure` and `.content`.
+- `status_error_failure(error)` is the remote failure a library's own status error names, rebuilt
+  from the reply's headers it kept: an `aiohttp.ClientResponseError` from `response.raise_for_status()`
+  or NeMo Gym's `raise_for_status`, an httpx `HTTPStatusError`. The server middleware applies it to
+  a handler's exception, so such call sites keep the cause chain unchanged.
 - `map_transport_errors(boundary, ...)` turns connection, reset, timeout and DNS errors into Gym
   failures of the transport kinds, raised `from` the original exception.
 - `observe_attempts(http_client)` plugs into the official OpenAI and Anthropic SDKs (their
@@ -45,7 +49,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from gym_failures.client._reply import DEFAULT_KIND_BY_BOUNDARY, raise_boundary_failure, raise_for_status
+from gym_failures.client._reply import (
+    DEFAULT_KIND_BY_BOUNDARY,
+    raise_boundary_failure,
+    raise_for_status,
+    status_error_failure,
+)
 from gym_failures.client._retry import retry_model_call
 from gym_failures.client._sdk import observe_attempts, observed_failure, sdk_failure
 from gym_failures.client._stream import stream_failure
@@ -67,6 +76,7 @@ __all__ = [
     "raise_for_status",
     "retry_model_call",
     "sdk_failure",
+    "status_error_failure",
     "stream_failure",
 ]
 

@@ -66,6 +66,20 @@ async def _read_body(response: aiohttp.ClientResponse, limit: int) -> bytes:
     return bytes(chunks[:limit])
 
 
+def _status_error_reply(error: BaseException) -> tuple[Reply, bytes] | None:
+    """An error status's reply as `response.raise_for_status()` kept it: its headers, and the body
+    NeMo Gym's own `raise_for_status` adds as `response_content` (nemo_gym/server_utils.py:667)."""
+    if not isinstance(error, aiohttp.ClientResponseError) or _unreadable_reply(error):
+        return None
+    headers = error.headers if error.headers is not None else {}
+    info = error.request_info
+    # NeMo Gym swaps `request_info` for a named tuple of plain values; aiohttp's own has `real_url`.
+    url = getattr(info, "real_url", None) or getattr(info, "url", "")
+    content = getattr(error, "response_content", None)
+    body = content if isinstance(content, bytes) else b""
+    return Reply(error.status, headers, str(getattr(info, "method", "")), str(url)), body
+
+
 # A connector error whose errno says this host ran out of descriptors or ports is caught before this
 # table, by errno, whichever library raised it (`ClientConnectorError.errno` is its `os_error`'s).
 def _unreadable_reply(error: BaseException) -> bool:
@@ -94,5 +108,6 @@ LIBRARY = HttpLibrary(
     reply=_reply,
     read_body=_read_body,
     status_error=GymClientResponseError,
+    status_error_reply=_status_error_reply,
     transport_errors=TRANSPORT_ERRORS,
 )

@@ -61,6 +61,16 @@ def library_for(
         response._content = bytes(chunks)  # the whole body: keep it readable, as `aread()` does
         return bytes(chunks)
 
+    def status_error_reply(error: BaseException) -> tuple[Reply, bytes] | None:
+        if not isinstance(error, module.HTTPStatusError):
+            return None
+        response = error.response
+        try:
+            body = bytes(response.content)
+        except module.ResponseNotRead:  # a streamed reply nobody read: its headers are the evidence
+            body = b""
+        return reply(response), body
+
     transport_errors = (
         TransportRule((module.ConnectTimeout, module.PoolTimeout), TRANSPORT_TIMEOUT, "not_sent"),
         TransportRule(module.TimeoutException, TRANSPORT_TIMEOUT, "unknown"),
@@ -74,6 +84,7 @@ def library_for(
         reply=reply,
         read_body=read_body,
         status_error=status_error,
+        status_error_reply=status_error_reply,
         transport_errors=transport_errors,
     )
 

@@ -52,6 +52,9 @@ class HttpLibrary:
     """The reply's body, at most the given number of bytes; a body within the bound stays readable."""
     status_error: Callable[[Any, NgFailureEvent, bytes], Exception]
     """The library's own HTTP status error for a failed reply, carrying the failure and the content."""
+    status_error_reply: Callable[[BaseException], tuple[Reply, bytes] | None]
+    """What a status error the library raised (not ours) holds of its reply: the reply's facts and the
+    body the error kept (empty when it kept none); `None` for any other error."""
     transport_errors: tuple[TransportRule, ...]
     """The library's transport errors, most specific first: the first row that matches wins."""
 

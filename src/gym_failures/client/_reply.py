@@ -2,6 +2,12 @@
 
 A failed reply's body is read up to 64 KiB (the whole body when the client already read it, cut) and
 kept as `.content` by `raise_for_status`; its excerpt is the first 512 characters, redacted.
+
+`status_error_failure` reads the same facts from a library's own status error, raised by code that
+never called these helpers: `aiohttp`'s `raise_for_status()`, and NeMo Gym's `raise_for_status`
+(nemo_gym/server_utils.py:655), whose `ClientResponseError` keeps the reply's headers (the report)
+and its body (`response_content`). The server middleware rebuilds a handler's upstream failure with it,
+so such call sites keep the cause chain unchanged.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
-from gym_failures.client._libraries import HttpLibrary, reply_library
+from gym_failures.client._libraries import HttpLibrary, Reply, library_of, reply_library
 from gym_failures.failure_kinds import (
     AGENT_REQUEST_FAILED,
     COLLECTION_DISPATCH_FAILED,
@@ -51,6 +57,7 @@ __all__ = [
     "remote_failure",
     "reply_failure",
     "retry_after_s",
+    "status_error_failure",
 ]
 
 MAX_EXCERPT = 512
@@ -183,6 +190,56 @@ def reply_failure(
             attempt_id=attempt_id,
         )
     failure.http_details = details
+    return failure
+
+
+_MAX_STATUS_ERROR_CHAIN = 16
+
+
+def status_error_failure(error: BaseException, *, chain: bool = True) -> NgFailureEvent | None:
+    """The remote failure an HTTP library's own status error names, rebuilt (same event id, kind,
+    boundary, stage and causes), or `None`.
+
+    `error` is an `aiohttp.ClientResponseError` (from `response.raise_for_status()` or NeMo Gym's
+    `raise_for_status`) or an httpx/httpx2 `HTTPStatusError`, or, with `chain`, an exception raised
+    `from` one (the nearest on its explicit `__cause__` chain is read). Its reply's report is
+    observed into the current request's log, as `raise_for_status` observes a reply's; the exchange
+    goes in `http_details`: method, URL without secrets, status, the redacted excerpt of the body the
+    error kept, `Retry-After`. The request's headers, which the error also holds, are never read.
+    `None` when no status error is on the chain, when its reply carried no report (or an omitted one,
+    which is still observed), and for this package's own status errors, which carry their failure
+    already (`.failure`).
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and len(seen) < _MAX_STATUS_ERROR_CHAIN:
+        seen.add(id(current))
+        if isinstance(current, NgFailureEvent) or isinstance(
+            getattr(current, "failure", None), NgFailureEvent
+        ):
+            return None  # a Gym failure is on the chain already
+        library = library_of(current)
+        read = None if library is None else library.status_error_reply(current)
+        if read is not None:
+            return _status_error_failure(*read)
+        current = current.__cause__ if chain else None
+    return None
+
+
+def _status_error_failure(reply: Reply, content: bytes) -> NgFailureEvent | None:
+    status, headers, method, url = reply
+    report = FailureHeader.decode(headers)
+    observe_report(report)
+    failure = remote_failure(report)
+    if failure is not None:
+        failure.http_details = HttpDetails(
+            method=method,
+            url=url_without_secrets(url),
+            status=status,
+            body_excerpt=body_excerpt(content[:MAX_CONTENT].decode("utf-8", "replace")),
+            retry_after_s=retry_after_s(headers),
+            delivery="answered",
+        )
     return failure
 
 

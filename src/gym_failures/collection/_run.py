@@ -148,7 +148,7 @@ from gym_failures.materialized import (
 )
 from gym_failures.redaction import redact, redact_values, url_secrets, url_without_secrets
 from gym_failures.reply import own_chain
-from gym_failures.rollout_failure import Delivery, RolloutFailure, delivery_of
+from gym_failures.rollout_failure import Delivery, EpisodeId, RolloutFailure, delivery_of
 from gym_failures.row_keys import FINAL, FINAL_REASON, TASK_ID, saved
 from gym_failures.rows import (
     FAILURES_SUFFIX,
@@ -175,9 +175,6 @@ _NUMBERING: dict[int, Numbering] = {2: LINES, 3: NEMO_GYM}
 """Each resumable manifest version's task numbering, used when its run has no materialized inputs."""
 _IDENTITY = ("input_sha256", "num_repeats")
 """The manifest's fields that name the run; only these must match to resume."""
-_NEMO_GYM_ARTIFACTS = frozenset({"rollout_verdicts.jsonl"})
-"""JSONL files NeMo Gym's health checks write into a run directory (`nemo_gym/health/types.py:26`):
-never a run's rows."""
 
 
 class CollectionConfig(BaseModel):
@@ -234,8 +231,8 @@ class CollectionConfig(BaseModel):
             path
             for path in value.glob("*.jsonl")
             if path.is_file()
-            and not path.stem.endswith((FAILURES_SUFFIX, MATERIALIZED_SUFFIX))
-            and path.name not in _NEMO_GYM_ARTIFACTS
+            and not path.stem.endswith(FAILURES_SUFFIX)
+            and not nemo_gym.is_report_file(path)  # materialized inputs, health-check verdicts
             and path.resolve() != tasks
         )
         if len(candidates) > 1:
@@ -881,11 +878,7 @@ class AttemptDispatcher:
     ) -> dict[str, Any]:
         """The attempt's `RolloutFailure` record, as JSON."""
         record = RolloutFailure(
-            episode_id={
-                "rollout_id": rollout_id(rollout.task_index, rollout.rollout_index),
-                "attempt": attempt,
-                "repeat": rollout.rollout_index,
-            },
+            episode_id=EpisodeId.of(rollout_id(rollout.task_index, rollout.rollout_index), attempt),
             run_id=self.run_id,
             source=seen.source,
             delivery=seen.delivery,

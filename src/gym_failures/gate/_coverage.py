@@ -8,19 +8,30 @@ without a rollout id (some legacy rows) is a rollout of its own. A success row i
 verdict and no gate class; one with a gate class is counted under it, by the class's responsibility
 (`classify_failure`); a final failure row is counted by the responsibility of its kind, stage and the
 HTTP status of its failure event (else the row's `_ng_failure_http_status`). A masked success (NeMo
-Gym's `mask_sample`: a complete result that must not be trained on) is an outcome counted as `masked`,
-never scored and never a failure. A row with neither `result` nor `failure` is no rollout row and is
-skipped (`other_rows`); a row NeMo Gym marked never to be saved is skipped and counted apart
+Gym's `mask_sample` true: a complete result that must not be trained on) is an outcome counted as
+`masked`, never scored and never a failure. A degraded success (a `failure_kind` named, `mask_sample`
+not true) is a valid measurement, as NeMo Gym reads it: scored like any other success, and counted
+again, apart, as `degraded` (by kind in `degraded_by_kind`), so a run that degraded says so. A row
+with neither `result` nor `failure` is no rollout row and is skipped (`other_rows`); a row NeMo Gym
+marked never to be saved is skipped and counted apart
 (`not_persisted_rows`). Rows in NeMo Gym's own forms are read as `gym_failures.rows.normalized` reads
 them; a rollout whose NeMo Gym failure rows are as many as the attempt budget (older rows carry no
 attempt index) ends in its last one, as NeMo Gym's resume counts it.
 
 `expected`, the rollouts the run should have, comes from the caller when given (`expected_source`
-`"given"`); else, for `read_coverage`, from the collection manifests beside the row files
-(`<output>.manifest.json`, `expected_rollouts`: tasks times `num_repeats`; several runs' files sum
-their runs', `"manifest"`); else it is the number of distinct rollouts seen (`"rows_seen"`). The last
-cannot count a rollout that left no row at all as missing, so the verdict then carries a warning
-(`GateVerdict.warnings`); it does not fail the run by itself.
+`"given"`); else, for `read_coverage`, from the materialized inputs beside the row files
+(`<output>_materialized_inputs.jsonl`, one line per rollout owed, which NeMo Gym writes and counts its
+coverage against: `nemo_gym/rollout_collection.py` `_coverage_report`; `"materialized_inputs"`); else
+from the collection manifests (`<output>.manifest.json`, `expected_rollouts`: tasks times
+`num_repeats`; several runs' files sum their runs', `"manifest"`); else it is the number of distinct
+rollouts seen (`"rows_seen"`). The last cannot count a rollout that left no row at all as missing, so
+the verdict then carries a warning (`GateVerdict.warnings`); it does not fail the run by itself.
+
+With the materialized inputs, the gate knows which rollouts are owed, not only how many: a rollout in
+them that left no row at all (killed mid-flight: NeMo Gym's kill-shaped rows are never saved; or
+drained, never started) is missing and named (`missing_rollouts`, the first `MAX_LISTED_MISSING`
+by task and rollout; `left_no_row` counts them, NeMo Gym's `_missing_rollout_rows_counted_as_zero`),
+and an outcome of a rollout they do not hold is `unexpected`.
 
 A row is read, never trusted: a value of the wrong type (a list where a string belongs, a number for
 a mapping) is no evidence, and no row makes the gate raise.
@@ -48,7 +59,14 @@ from gym_failures.failure_kinds import (
     http_status_can_change_class,
 )
 from gym_failures.gate._answers import DEFAULT_RULES, GateRule, derive_gate_kind, has_verdict
-from gym_failures.nemo_gym import FAILURE_HTTP_STATUS, max_rollout_attempts
+from gym_failures.nemo_gym import (
+    FAILURE_HTTP_STATUS,
+    Inventory,
+    degraded_kind,
+    inventory_paths,
+    max_rollout_attempts,
+    read_inventory,
+)
 from gym_failures.rows import (
     JsonlScan,
     is_not_persisted,
@@ -56,11 +74,15 @@ from gym_failures.rows import (
     manifest_expected_rollouts,
     normalized,
     read_rows,
+    rollout_id,
 )
 
 _STAGES: frozenset[str] = frozenset(get_args(FailureStage))
 
-ExpectedSource = Literal["given", "manifest", "rows_seen"]
+ExpectedSource = Literal["given", "materialized_inputs", "manifest", "rows_seen"]
+
+MAX_LISTED_MISSING = 100
+"""How many missing rollouts `Coverage.missing_rollouts` names; `missing` counts them all."""
 _EXPECTED_SOURCES: frozenset[str] = frozenset(get_args(ExpectedSource))
 
 # The stage each gate class arises in, as classification evidence: the answer faults are the
@@ -92,6 +114,10 @@ class Coverage:
     """Success rows with neither a verdict nor a gate class (only with rules that let them pass)."""
     masked: int = 0
     """Success rows whose result must not be trained on (NeMo Gym's `mask_sample`): outcomes, not scored."""
+    degraded: int = 0
+    """Of `scored`, the results that name a `failure_kind` without `mask_sample`: valid measurements
+    that degraded on the way, as NeMo Gym reads them."""
+    degraded_by_kind: dict[str, int] = field(default_factory=dict)
     failed: dict[str, int] = field(default_factory=_class_counts)
     """Final failure outcomes by class (model, evaluation, unknown)."""
     failed_by_kind: dict[str, int] = field(default_factory=dict)
@@ -102,6 +128,11 @@ class Coverage:
     """Failure rows that were not final: attempts a later one replaced."""
     missing: int
     """Expected rollouts without a final outcome."""
+    left_no_row: int = 0
+    """Of `missing`, the rollouts the materialized inputs owe that left no row at all (0 without them)."""
+    missing_rollouts: list[str] = field(default_factory=list)
+    """The missing rollouts' ids (`<task>:<rollout>`), the first `MAX_LISTED_MISSING` by task and
+    rollout; known only from the materialized inputs (empty without them)."""
     unexpected: int = 0
     """Outcomes beyond `expected` (a wrong `expected`, or runs mixed together)."""
     other_rows: int = 0
@@ -109,11 +140,13 @@ class Coverage:
     not_persisted_rows: int = 0
     """Rows NeMo Gym marked never to be saved (`_ng_no_persist`, `_ng_dispatch_drained`): skipped."""
     invalid_lines: int = 0
+    inventory_invalid_lines: int = 0
+    """Lines of the materialized inputs that name no rollout (not an object with both indices)."""
     torn_tails: int = 0
     expected_source: ExpectedSource = "given"
     """Where `expected` came from: the caller, the collection manifests, or the rollouts seen."""
     manifests: list[str] = field(default_factory=list)
-    """The manifests `expected` was read from."""
+    """The manifests, or the materialized inputs, `expected` was read from."""
 
     def __post_init__(self) -> None:
         # The annotations are strings here (`from __future__ import annotations`).
@@ -170,6 +203,7 @@ class _Outcome:
     category: str  # "scored", "unscored", "masked", "failed" or "gate"
     kind: str | None = None
     failure_class: str | None = None
+    degraded: str | None = None  # a scored result's degraded kind
 
 
 def _attempt(row: Mapping[str, Any]) -> int:
@@ -227,7 +261,9 @@ def _outcome(
         if kind is not None:
             failure_class = classify_failure(kind, _GATE_KIND_STAGE.get(kind), config=config).value
             return _Outcome(1, _attempt(row), "gate", kind, failure_class)
-        return _Outcome(1, _attempt(row), "scored" if has_verdict(row) else "unscored")
+        if not has_verdict(row):
+            return _Outcome(1, _attempt(row), "unscored")
+        return _Outcome(1, _attempt(row), "scored", degraded=degraded_kind(row))
     if row.get("final") is not True:
         return None
     kind, stage, status = _failure_evidence(row, config)
@@ -241,9 +277,12 @@ def rollout_coverage(
     rules: Sequence[GateRule] = DEFAULT_RULES,
     config: failure_kinds.FailureClassificationConfig | None = None,
     max_attempts: int | None = None,
+    inventory: Inventory | None = None,
 ) -> Coverage:
     """The coverage of `rows` (in any supported form; each is normalized first, `max_attempts` being
-    the budget that makes a NeMo Gym failure row final: NeMo Gym's own when None)."""
+    the budget that makes a NeMo Gym failure row final: NeMo Gym's own when None). With an
+    `inventory` (the run's materialized inputs) and no `expected`, the inventory's rollouts are the
+    rollouts expected (see the module docstring)."""
     outcomes: dict[str, _Outcome] = {}
     seen: set[str] = set()
     retried = other = not_persisted = 0
@@ -278,7 +317,28 @@ def rollout_coverage(
             outcomes[key] = cast(_Outcome, _outcome(closing, rules, config))
             retried -= 1
     coverage = _coverage(outcomes, len(seen), retried, other, expected)
+    if inventory is not None and expected is None:
+        coverage = _against_inventory(coverage, outcomes, seen, inventory)
     return replace(coverage, not_persisted_rows=not_persisted) if not_persisted else coverage
+
+
+def _against_inventory(
+    coverage: Coverage, outcomes: Mapping[str, _Outcome], seen: set[str], inventory: Inventory
+) -> Coverage:
+    """`coverage` counted against the rollouts the inventory owes."""
+    owed = {rollout_id(*key): key for key in inventory.keys}
+    missing = sorted((key for rollout, key in owed.items() if rollout not in outcomes))
+    return replace(
+        coverage,
+        expected=len(owed),
+        expected_source="materialized_inputs",
+        manifests=[str(path) for path in inventory.paths],
+        missing=len(missing),
+        left_no_row=sum(rollout_id(*key) not in seen for key in missing),
+        missing_rollouts=[rollout_id(*key) for key in missing[:MAX_LISTED_MISSING]],
+        unexpected=sum(rollout not in owed for rollout in outcomes),
+        inventory_invalid_lines=inventory.invalid_lines,
+    )
 
 
 def _coverage(
@@ -288,7 +348,10 @@ def _coverage(
     failed, gate_derived = _class_counts(), _class_counts()
     failed_by_kind: Counter[str] = Counter()
     gate_by_kind: Counter[str] = Counter()
+    degraded_by_kind: Counter[str] = Counter()
     for outcome in outcomes.values():
+        if outcome.degraded is not None:
+            degraded_by_kind[outcome.degraded] += 1
         if outcome.category == "failed":
             assert outcome.failure_class is not None
             failed[outcome.failure_class] += 1
@@ -307,6 +370,8 @@ def _coverage(
         scored=categories["scored"],
         unscored=categories["unscored"],
         masked=categories["masked"],
+        degraded=sum(degraded_by_kind.values()),
+        degraded_by_kind=dict(degraded_by_kind.most_common()),
         failed=failed,
         failed_by_kind=dict(failed_by_kind.most_common()),
         gate_derived=gate_derived,
@@ -327,13 +392,19 @@ def read_coverage(
 ) -> Coverage:
     """The coverage of the rows in `paths` (success and failure files, in any order).
 
-    Without `expected`, the collection manifests beside the files give it (see the module docstring).
-    Invalid lines and a torn last line are skipped and counted, as `read_rows` reads them.
+    Without `expected`, the materialized inputs beside the files give it, else the collection
+    manifests (see the module docstring). Invalid lines and a torn last line are skipped and counted,
+    as `read_rows` reads them.
     """
     paths = list(paths)
     manifests: list[Path] = []
+    inventory: Inventory | None = None
     if expected is None:
-        expected, manifests = manifest_expected_rollouts(paths)
+        found = inventory_paths(paths)
+        if found:
+            inventory = read_inventory(found)
+        else:
+            expected, manifests = manifest_expected_rollouts(paths)
     scans: list[JsonlScan] = []
 
     def rows() -> Iterable[dict[str, Any]]:
@@ -342,7 +413,7 @@ def read_coverage(
             scans.append(scan)
             yield from read_rows(path, scan, max_attempts)
 
-    coverage = rollout_coverage(rows(), expected, rules, config, max_attempts)
+    coverage = rollout_coverage(rows(), expected, rules, config, max_attempts, inventory)
     update: dict[str, Any] = {
         "invalid_lines": sum(len(scan.invalid_lines) for scan in scans),
         "torn_tails": sum(scan.torn_tail is not None for scan in scans),

@@ -100,7 +100,8 @@ def check(coverage: Coverage, thresholds: GateThresholds | None = None) -> GateV
                 f"unknown-class share {unknown:.2%} is above the maximum {thresholds.max_unknown_share:.2%}"
             )
     if coverage.missing > thresholds.max_missing:
-        reasons.append(f"{coverage.missing} rollouts missing (maximum {thresholds.max_missing})")
+        no_row = f"; {coverage.left_no_row} of them left no row at all" if coverage.left_no_row else ""
+        reasons.append(f"{coverage.missing} rollouts missing (maximum {thresholds.max_missing}){no_row}")
     if coverage.unexpected:
         reasons.append(f"{coverage.unexpected} more outcomes than the {coverage.expected} expected")
     warnings: list[str] = []
@@ -109,6 +110,11 @@ def check(coverage: Coverage, thresholds: GateThresholds | None = None) -> GateV
             f"expected was taken from the {coverage.seen} distinct rollouts seen (no expected count was "
             "given and no collection manifest sits beside the rows): a rollout that left no row at all "
             "is not counted as missing"
+        )
+    if coverage.inventory_invalid_lines:
+        warnings.append(
+            f"{coverage.inventory_invalid_lines} lines of the materialized inputs name no rollout "
+            "(not a JSON object with _ng_task_index and _ng_rollout_index): not counted as expected"
         )
     return GateVerdict(
         passed=not reasons, reasons=reasons, coverage=coverage, thresholds=thresholds, warnings=warnings

@@ -407,12 +407,17 @@ class RayCollector(Collector):
         """How many workers did not start in time (`_start_timeout`); when some did not and rollouts
         are open, the run stops: a worker Ray cannot place (no CPU free for it) would otherwise hold
         the run forever without a word. The workers that did start go on meanwhile."""
-        _, waiting = await asyncio.wait(up, timeout=self._start_timeout())
+        waiting = await self._start_window(up)
         if waiting:
             async with self._changed:
                 self._stopping = True
                 self._changed.notify_all()
         return len(waiting)
+
+    async def _start_window(self, up: list[asyncio.Future[Any]]) -> set[asyncio.Future[Any]]:
+        """The workers still not up when the start window (`_start_timeout` from now) closes."""
+        _, waiting = await asyncio.wait(up, timeout=self._start_timeout())
+        return waiting
 
     def _start_timeout(self) -> float:
         return max(self.config.timeout_s, _MIN_START_S)

@@ -16,6 +16,14 @@ included, as editors and `grep -n` count them) or by rollout (`rollout_rows`). A
 as the demo's injected faults) is no outcome of any rollout: `rollout_rows` skips it, as the gate does,
 and `line_row` says what it is (`outcome` `"other"`) rather than calling it a success.
 
+A NeMo Gym collector keeps no headers, so a row it wrote for a failed `/run` call holds no report;
+it keeps the reply's body (`_ng_failure_response_body`, at most 2000 characters). When that body is
+gym-failures' error body, the failure it names (kind, event id, boundary and reason, redacted and
+bounded; as far as a cut body goes) is shown as `reported_failure`
+(`gym_failures.nemo_gym.reported_failure`). A row's reason is its envelope's, read from the first of
+NeMo Gym's reason keys that holds one (`gym_failures.nemo_gym.REASON_KEYS`: `_ng_failure_message`,
+`error`, `error_message`, ...).
+
 The report is validated when read (`FailureReportRow.report`): every `cause_id` in it names an event of
 the same report, and a report with a dangling cause is invalid as a whole and read as omitted with no
 events. So every cause the tree follows is there to show.
@@ -33,6 +41,7 @@ from pydantic import BaseModel, ConfigDict
 from gym_failures.failure_records import FailureEvent, FailureReport
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import safe_text
+from gym_failures.nemo_gym import FAILURE_RESPONSE_BODY, degraded_kind, reported_failure
 from gym_failures.rows import is_not_persisted, is_rollout_row, normalized, parse_line
 
 __all__ = ["MAX_TREE_DEPTH", "EventNode", "RowExplanation", "explain_row", "line_row", "rollout_rows"]
@@ -70,8 +79,14 @@ class RowExplanation(BaseModel):
     reward: float | None = None
     masked: bool = False
     """A complete result that must not be trained on (NeMo Gym's `mask_sample`)."""
+    degraded_kind: str | None = None
+    """A result that names this failure kind without `mask_sample`: a valid measurement that degraded."""
     failure: dict[str, Any] | None = None
     """The row's `EpisodeFailure` (kind, reason, stage, terminal)."""
+    reported_failure: dict[str, Any] | None = None
+    """The failure the failed reply's kept body names (NeMo Gym's `_ng_failure_response_body`), when it
+    is gym-failures' error body: `failure_kind`, `event_id`, `boundary`, `failure_reason` as far as
+    the body goes, and `truncated`."""
     failure_id: str | None = None
     omitted: bool = False
     tree: EventNode | None = None
@@ -169,7 +184,9 @@ def explain_row(row: Mapping[str, Any], path: str = "", line: int | None = None)
         final_reason=row["final_reason"] if isinstance(row.get("final_reason"), str) else None,
         reward=_reward(reward),
         masked=row.get("masked") is True,
+        degraded_kind=safe_text(kind) if (kind := degraded_kind(row)) is not None else None,
         failure=_envelope(failure),
+        reported_failure=reported_failure(row.get(FAILURE_RESPONSE_BODY)) if "failure" in row else None,
         failure_id=report.failure_id,
         omitted=report.omitted,
         tree=tree,

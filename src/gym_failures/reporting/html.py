@@ -185,6 +185,8 @@ def _verdict_section(verdict: GateVerdict) -> str:
     coverage = verdict.coverage
     rows: list[tuple[str, int, str]] = [("expected", coverage.expected, "")]
     rows.append(("scored", coverage.scored, _percent(coverage.share(coverage.scored))))
+    rows.append(("of which degraded", coverage.degraded, _percent(coverage.share(coverage.degraded))))
+    rows.append(("masked", coverage.masked, _percent(coverage.share(coverage.masked))))
     for name in _CLASS_ORDER:
         for label, counts in (("failed", coverage.failed), ("gate-derived", coverage.gate_derived)):
             count = counts.get(name, 0)
@@ -193,8 +195,15 @@ def _verdict_section(verdict: GateVerdict) -> str:
     if coverage.unscored:
         rows.append(("unscored (no verdict)", coverage.unscored, _percent(coverage.share(coverage.unscored))))
     rows.append(("missing", coverage.missing, _percent(coverage.share(coverage.missing))))
+    if coverage.left_no_row:
+        rows.append(
+            ("of which left no row", coverage.left_no_row, _percent(coverage.share(coverage.left_no_row)))
+        )
     if coverage.unexpected:
         rows.append(("unexpected", coverage.unexpected, ""))
+    sub = frozenset(
+        index for index, row in enumerate(rows) if row[0] in ("of which degraded", "of which left no row")
+    )
     state = '<span class="passed">PASSED</span>' if verdict.passed else '<span class="failed">FAILED</span>'
     reasons = "".join(f"<li>{escape(reason)}</li>" for reason in verdict.reasons)
     warnings = "".join(f"<li>{escape(warning)}</li>" for warning in verdict.warnings)
@@ -203,7 +212,18 @@ def _verdict_section(verdict: GateVerdict) -> str:
         f"<p>{state} · {escape(coverage.line)}</p>"
         + (f"<ul>{reasons}</ul>" if reasons else "")
         + (f'<p class="dim">Warnings:</p><ul class="dim">{warnings}</ul>' if warnings else "")
-        + _table(("rollouts", "count", "share"), rows, frozenset({1, 2}))
+        + _table(("rollouts", "count", "share"), rows, frozenset({1, 2}), sub=sub)
+        + (
+            f'<p class="dim">Missing rollouts: {escape(", ".join(coverage.missing_rollouts))}'
+            + (
+                f" and {coverage.missing - len(coverage.missing_rollouts)} more"
+                if coverage.missing > len(coverage.missing_rollouts)
+                else ""
+            )
+            + "</p>"
+            if coverage.missing_rollouts
+            else ""
+        )
     )
 
 
@@ -249,6 +269,28 @@ def _cause_tree_section(explanation: RowExplanation) -> str:
             + (
                 f'<span class="reason">{escape(str(failure["failure_reason"]))}</span>'
                 if failure.get("failure_reason")
+                else ""
+            )
+            + "</li>"
+        )
+    reported = explanation.reported_failure
+    if reported is not None:
+        facts = "".join(
+            f" {name.replace('_', ' ')}={escape(_label(reported[name]))}"
+            for name in ("boundary", "event_id")
+            if reported.get(name)
+        )
+        items.append(
+            "<li>the reply's body names: "
+            f'<span class="kind">{escape(_label(reported.get("failure_kind")))}</span>{facts}'
+            + (
+                ' <span class="dim">(body cut: read as far as it goes)</span>'
+                if reported.get("truncated")
+                else ""
+            )
+            + (
+                f'<span class="reason">{escape(str(reported["failure_reason"]))}</span>'
+                if reported.get("failure_reason")
                 else ""
             )
             + "</li>"
@@ -309,16 +351,23 @@ def render_html(
         ("rows", summary.rows),
         ("success rows", summary.success_rows),
         ("of which recovered from failures", summary.recovered_success_rows),
+        ("of which masked (mask_sample)", summary.masked_success_rows),
+        ("of which degraded (a failure kind named, not masked)", summary.degraded_success_rows),
         ("failure rows (failed attempts)", summary.failure_rows),
         ("of which final", summary.final_failure_rows),
         ("other lines (invalid, or not a row)", summary.other_rows),
         ("torn last lines (skipped)", len(summary.torn_tails)),
     ]
+    if summary.expected_rollouts is not None:
+        totals += [
+            ("rollouts in the materialized inputs", summary.expected_rollouts),
+            ("of which left no row", summary.missing_rollouts or 0),
+        ]
     kinds = summary.by_kind
     sections = [
         f"<h1>{escape(title)}</h1>",
         "<p>Files: " + ", ".join(f"<code>{escape(name)}</code>" for name in summary.files) + "</p>",
-        _table(("", "count"), totals, frozenset({1}), sub=frozenset({2, 4})),
+        _table(("", "count"), totals, frozenset({1}), sub=frozenset({2, 3, 4, 6, 10})),
     ]
     if verdict is not None:
         sections.append(_verdict_section(verdict))
@@ -335,6 +384,11 @@ def render_html(
                     for kind in kinds
                 ],
                 frozenset({2, 3, 4}),
+            ),
+            *(
+                [_group_table("kind the reply's body names", summary.by_reported_kind)]
+                if summary.by_reported_kind
+                else []
             ),
             _group_table("boundary", summary.by_boundary),
             _group_table("stage", summary.by_stage),

@@ -27,8 +27,18 @@ Python equal over generated files):
   none. A row without an attempt number is a first attempt (NeMo Gym's `_ng_attempt_index` + 1).
 - A success row is any other row with a `result`, a `reward` or a `response` (NeMo Gym's completed
   rows are flat); it is counted, marked recovered when its report holds events (failures it recovered
-  from on the way), and counted as masked (`masked_success_rows`) when NeMo Gym's `mask_sample` (or a
-  `failure_kind`) says it must not be trained on.
+  from on the way), counted as masked (`masked_success_rows`) when NeMo Gym's `mask_sample` is true
+  (it must not be trained on), and as degraded (`degraded_success_rows`) when it names a
+  `failure_kind` with `mask_sample` not true: a valid measurement that degraded, as NeMo Gym reads it.
+- A failure row whose `_ng_failure_response_body` (the failed reply's body, as NeMo Gym keeps it) is
+  gym-failures' error body is also counted by the kind that body names (`by_reported_kind`): NeMo
+  Gym's own label for such a row says only that the agent's `/run` call failed (`agent_run_error`),
+  the body says what failed (`gym_failures.nemo_gym.reported_failure` reads it alike, a cut body as
+  far as it goes).
+- With NeMo Gym's materialized inputs beside the rows (`<output>_materialized_inputs.jsonl`, one line
+  per rollout the run owes), `expected_rollouts` is their count and `missing_rollouts` the rollouts in
+  them that left no row at all (killed or drained), as `gym-failures gate` counts them; both are None
+  without them.
 - Anything else (a line that is not JSON, not an object, or an object that is neither kind) is counted
   as `other_rows` and never raises. JSON `null` counts as absent, as DuckDB reads it.
 - A file whose last line has no newline ends in a torn append (a collector killed mid-write); as in
@@ -65,7 +75,15 @@ from gym_failures.failure_kinds import (
     classify_failure,
     quota_reset_text,
 )
-from gym_failures.nemo_gym import LABEL_ALIASES, max_rollout_attempts
+from gym_failures.nemo_gym import (
+    BODY_KIND_REGEX,
+    BODY_START_REGEX,
+    LABEL_ALIASES,
+    MAX_BODY_CHARS,
+    inventory_paths,
+    max_rollout_attempts,
+    read_inventory,
+)
 from gym_failures.rows import row_files, torn_tail
 
 __all__ = [
@@ -112,6 +130,7 @@ COLUMNS: dict[str, str] = {
     "failure_kind": "JSON",
     "failure_reason": "JSON",
     "error": "JSON",
+    "error_message": "JSON",
     "_ng_failure_events": f"MAP(VARCHAR, {_EVENT})",
     "_ng_failure_id": "VARCHAR",
     "_ng_attempt_index": "JSON",
@@ -122,6 +141,7 @@ COLUMNS: dict[str, str] = {
     "_ng_failure_reason": "JSON",
     "_ng_failure_stage": "JSON",
     "_ng_failure_http_status": "JSON",
+    "_ng_failure_response_body": "JSON",
     "_ng_no_persist": "JSON",
     "_ng_dispatch_drained": "JSON",
 }
@@ -152,7 +172,13 @@ SELECT
     NOT not_persisted AND (failure IS NOT NULL OR nemo_failure) AS is_failure,
     NOT not_persisted AND NOT is_failure AND failure IS NULL
         AND (result IS NOT NULL OR reward IS NOT NULL OR response IS NOT NULL) AS is_success,
-    is_success AND (_true(mask_sample) OR _str(failure_kind) IS NOT NULL) AS masked,
+    is_success AND _true(mask_sample) AS masked,
+    is_success AND NOT _true(mask_sample) AND _str(failure_kind) IS NOT NULL AS degraded,
+    CASE WHEN is_failure THEN left(_str(_ng_failure_response_body), {body_chars}) END AS body,
+    CASE WHEN regexp_matches(body, '{body_start}')
+        THEN nullif(regexp_extract(body, '{body_kind}', 1), '')
+    END AS body_kind,
+    CASE WHEN length(body_kind) <= {kind_chars} THEN body_kind END AS reported_kind,
     CASE WHEN is_failure THEN _ng_failure_events[_ng_failure_id] END AS event,
     CASE WHEN is_failure THEN coalesce(
         CASE WHEN nemo_failure THEN {aliased_label} ELSE _str(struct_extract(failure, 'failure_kind')) END,
@@ -181,7 +207,7 @@ SELECT
     END AS final_outcome,
     CASE WHEN is_failure THEN CASE WHEN nemo_failure THEN coalesce(
         _str(_ng_failure_message), _str(_ng_failure_judge_error), _str(failure_reason), _str(error),
-        _str(_ng_failure_reason), '')
+        _str(error_message), _str(_ng_failure_reason), '')
         ELSE _str(struct_extract(failure, 'failure_reason')) END
     END AS reason,
     -- A saved report is never empty (`FailureReportRow.fields` writes none for an empty one).
@@ -199,7 +225,8 @@ FROM {source}
 _GROUPED = """
 CREATE TEMP TABLE grouped AS
 SELECT
-    not_persisted, is_failure, is_success, masked, recovered, kind, stage, boundary, http_status,
+    not_persisted, is_failure, is_success, masked, degraded, recovered, kind, reported_kind, stage,
+    boundary, http_status,
     attempt_number AS attempt, final_outcome AS final,
     CASE WHEN length(reason) > {reason_chars}
         THEN left(reason, {reason_chars} - 1) || '…' ELSE reason END AS reason,
@@ -283,6 +310,14 @@ class Summary(BaseModel):
     other_rows: int
     masked_success_rows: int = 0
     """Success rows whose result must not be trained on (NeMo Gym's `mask_sample`): counted as successes."""
+    degraded_success_rows: int = 0
+    """Success rows that name a `failure_kind` without `mask_sample`: valid measurements, counted as
+    successes (NeMo Gym's `BaseVerifyResponse`: the kind is orthogonal to the mask)."""
+    expected_rollouts: int | None = None
+    """The rollouts the materialized inputs beside the rows owe (None without them)."""
+    missing_rollouts: int | None = None
+    """Rollouts in the materialized inputs that left no row at all (None without them)."""
+    materialized_inputs: list[str] = []
     not_persisted_rows: int = 0
     """Rows NeMo Gym marked never to be saved (`_ng_no_persist`, `_ng_dispatch_drained`): no outcome."""
     torn_tails: list[TornTail]
@@ -292,6 +327,8 @@ class Summary(BaseModel):
     by_stage: list[GroupCount]
     by_http_status: list[GroupCount]
     by_attempt: list[AttemptCount]
+    by_reported_kind: list[GroupCount] = []
+    """Failure rows by the kind their kept reply body (gym-failures' error body) names."""
     top_reasons: list[ReasonCount]
     quota_resets: list[QuotaReset]
 
@@ -312,9 +349,17 @@ def input_files(paths: Iterable[Path]) -> list[Path]:
     return files
 
 
-def read_json_source(files: Sequence[Path]) -> str:
-    """The `read_json(...)` table expression over `files` with `COLUMNS`, as the engine reads them."""
-    columns = ", ".join(f"{_sql_string(name)}: {_sql_string(kind)}" for name, kind in COLUMNS.items())
+_KEY_COLUMNS = {
+    name: "JSON" for name in ("_ng_task_index", "_ng_rollout_index", "_ng_no_persist", "_ng_dispatch_drained")
+}
+
+
+def read_json_source(files: Sequence[Path], columns_read: dict[str, str] | None = None) -> str:
+    """The `read_json(...)` table expression over `files` with `COLUMNS` (or `columns_read`), as the
+    engine reads them."""
+    columns = ", ".join(
+        f"{_sql_string(name)}: {_sql_string(kind)}" for name, kind in (columns_read or COLUMNS).items()
+    )
     listed = ", ".join(_sql_string(str(path)) for path in files)
     return (
         f"read_json([{listed}], columns = {{{columns}}}, format = 'newline_delimited', "
@@ -355,18 +400,54 @@ def summarize(
         connection = duckdb.connect(":memory:")
         try:
             _scan(connection, files, torn_copies, on_progress, max_attempts)
-            return _aggregate(connection, files, torn, config)
+            summary = _aggregate(connection, files, torn, config)
+            inventories = inventory_paths(files)
+            if inventories:
+                summary = _against_inventory(connection, summary, files, torn_copies, inventories)
+            return summary
         finally:
             connection.close()
 
 
+def _against_inventory(
+    connection: duckdb.DuckDBPyConnection,
+    summary: Summary,
+    files: Sequence[Path],
+    torn_copies: Sequence[Path],
+    inventories: list[Path],
+) -> Summary:
+    """`summary` with the rollouts the materialized inputs owe, and those that left no row at all."""
+    inventory = read_inventory(inventories)
+    source = _source(files, torn_copies, columns=_KEY_COLUMNS)
+    seen = {
+        (int(task), int(rollout))
+        for task, rollout in connection.execute(
+            f"""
+            SELECT task, rollout FROM (
+                SELECT _int(_ng_task_index) AS task, _int(_ng_rollout_index) AS rollout, w
+                FROM {source}
+                WHERE NOT (_true(_ng_no_persist) OR _true(_ng_dispatch_drained))
+            )
+            WHERE task IS NOT NULL AND rollout IS NOT NULL
+            GROUP BY ALL HAVING sum(w) > 0
+            """
+        ).fetchall()
+    }
+    return summary.model_copy(
+        update={
+            "expected_rollouts": len(inventory.keys),
+            "missing_rollouts": len(inventory.keys - seen),
+            "materialized_inputs": [str(path) for path in inventories],
+        }
+    )
+
+
 def projection(source: str, max_attempts: int | None = None) -> str:
-    """The per-row projection (`w`, `not_persisted`, `is_failure`, `is_success`, `masked`, `kind`,
-    `stage`, `boundary`, `http_status`, `attempt_number`, `final_outcome`, `reason`, `recovered`,
-    `quota`) over the
-    table expression `source`, which supplies `COLUMNS` and a row weight `w`. `max_attempts` is the
-    budget that makes a NeMo Gym failure row final (NeMo Gym's own, `max_rollout_attempts()`, when
-    None). The statement uses the macros `MACROS` creates."""
+    """The per-row projection (`w`, `not_persisted`, `is_failure`, `is_success`, `masked`, `degraded`,
+    `reported_kind`, `kind`, `stage`, `boundary`, `http_status`, `attempt_number`, `final_outcome`,
+    `reason`, `recovered`, `quota`) over the table expression `source`, which supplies `COLUMNS` and a
+    row weight `w`. `max_attempts` is the budget that makes a NeMo Gym failure row final (NeMo Gym's
+    own, `max_rollout_attempts()`, when None). The statement uses the macros `MACROS` creates."""
     budget = max_rollout_attempts() if max_attempts is None else max_attempts
     label = "_str(_ng_failure_class)"
     for alias, kind in sorted(LABEL_ALIASES.items()):
@@ -379,6 +460,10 @@ def projection(source: str, max_attempts: int | None = None) -> str:
         .replace("{quota_regex}", QUOTA_RESET_REGEX.replace("'", "''"))
         .replace("{aliased_label}", label)
         .replace("{max_attempts}", str(int(budget)))
+        .replace("{body_chars}", str(MAX_BODY_CHARS + 1))
+        .replace("{body_start}", BODY_START_REGEX.replace("'", "''"))
+        .replace("{body_kind}", BODY_KIND_REGEX.replace("'", "''"))
+        .replace("{kind_chars}", "128")
         .replace("{source}", source)
     )
 
@@ -391,16 +476,7 @@ def _scan(
     max_attempts: int | None,
 ) -> None:
     connection.execute(MACROS)
-    parts = []
-    if files:
-        parts.append(f"(SELECT *, 1 AS w FROM {read_json_source(files)})")
-    if torn_copies:
-        parts.append(f"(SELECT *, -1 AS w FROM {read_json_source(torn_copies)})")
-    if not parts:
-        # No input files: the same table, empty.
-        columns = ", ".join(f"NULL::{kind} AS {name}" for name, kind in COLUMNS.items())
-        parts.append(f"(SELECT {columns}, 1 AS w WHERE false)")
-    source = "(" + " UNION ALL ".join(parts) + ")"
+    source = _source(files, torn_copies)
     statement = _GROUPED.replace("{reason_chars}", str(REASON_CHARS)).replace(
         "{projection}", projection(source, max_attempts)
     )
@@ -408,6 +484,20 @@ def _scan(
         connection.execute(statement)
         return
     _execute_with_progress(connection, statement, on_progress)
+
+
+def _source(files: Sequence[Path], torn_copies: Sequence[Path], columns: dict[str, str] | None = None) -> str:
+    """Every row of `files` with weight 1, and each torn last line again with weight -1."""
+    parts = []
+    if files:
+        parts.append(f"(SELECT *, 1 AS w FROM {read_json_source(files, columns)})")
+    if torn_copies:
+        parts.append(f"(SELECT *, -1 AS w FROM {read_json_source(torn_copies, columns)})")
+    if not parts:
+        # No input files: the same table, empty.
+        empty = ", ".join(f"NULL::{kind} AS {name}" for name, kind in (columns or COLUMNS).items())
+        parts.append(f"(SELECT {empty}, 1 AS w WHERE false)")
+    return "(" + " UNION ALL ".join(parts) + ")"
 
 
 def _execute_with_progress(
@@ -455,14 +545,26 @@ def _aggregate(
             coalesce(sum(n) FILTER (is_failure AND final), 0),
             coalesce(sum(n) FILTER (NOT is_failure AND NOT is_success AND NOT not_persisted), 0),
             coalesce(sum(n) FILTER (masked), 0),
-            coalesce(sum(n) FILTER (not_persisted), 0)
+            coalesce(sum(n) FILTER (not_persisted), 0),
+            coalesce(sum(n) FILTER (degraded), 0)
         FROM grouped
         """
     ).fetchone()
     assert totals is not None
-    rows, successes, recovered, failures, finals, others, masked, not_persisted = (
+    rows, successes, recovered, failures, finals, others, masked, not_persisted, degraded = (
         int(value) for value in totals
     )
+    reported = [
+        GroupCount(value=kind, count=int(count), final=int(final), share=_share(int(count), failures))
+        for kind, count, final in connection.execute(
+            """
+            SELECT reported_kind, sum(n) AS count, coalesce(sum(n) FILTER (final), 0)
+            FROM grouped WHERE is_failure AND reported_kind IS NOT NULL
+            GROUP BY ALL HAVING count <> 0
+            ORDER BY count DESC, reported_kind
+            """
+        ).fetchall()
+    ]
     groups: list[tuple[_Key, int, int]] = [
         ((kind, stage, boundary, status, attempt), int(count), int(final))
         for kind, stage, boundary, status, attempt, count, final in connection.execute(
@@ -494,7 +596,9 @@ def _aggregate(
         final_failure_rows=finals,
         other_rows=others,
         masked_success_rows=masked,
+        degraded_success_rows=degraded,
         not_persisted_rows=not_persisted,
+        by_reported_kind=reported,
         torn_tails=torn,
         top_reasons=reasons,
         quota_resets=_quota_resets(connection),

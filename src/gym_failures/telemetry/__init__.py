@@ -12,8 +12,7 @@ What is recorded:
 - `gym.rollout.completed_total` (counter, unit `1`), by the collector: one per finished attempt,
   after its row is written, with `nemo.gym.rollout.outcome` (`scored`, `failed`, `omitted`) and
   `nemo.gym.rollout.dispatch.name` (the collection's `agent_name`); on failures also
-  `nemo.gym.failure_class`, `nemo.gym.failure_kind` and `nemo.gym.failure_type`. The attribute
-  names are NeMo Gym's, so its dashboards count these rollouts too.
+  `nemo.gym.failure_class`, `nemo.gym.failure_kind` and `nemo.gym.failure_type`.
 - `gym.server.failures` (counter, unit `{failure}`), by `FailureReportMiddleware`: one per reply
   that carries a failure, with `nemo.gym.boundary`, `nemo.gym.failure_kind`,
   `nemo.gym.failure_class`, `nemo.gym.stage` and `http.response.status_code`.
@@ -25,6 +24,12 @@ What is recorded:
   cause id, kind, boundary, stage); a reply with a failure sets the span's `error.type` to its kind
   and its status to error. A caller that rebuilds a remote failure adds `gym.failure.remote` with the
   remote event ids to its own span.
+
+Every name here is gym-failures' own: NeMo Gym 0.7.0 records none of these instruments or attributes
+(its rollout outcomes are exporter step metrics, `progress/<agent>/failed`, `omitted`, `masked_pct`:
+nemo_gym/rollout_collection.py:133). In a NeMo Gym server the instruments share the global meter
+provider, and so the resource with NeMo Gym's `nemo.gym.server.name`, `nemo.gym.server.type` and
+`nemo.gym.version` (docs/telemetry.md, "NeMo Gym 0.7.0").
 
 Both counters are observable counters, counted in process and read at each collection: the SDK's
 synchronous `add` with five attributes costs about 5 µs, this about 0.3 µs. Labels are bounded

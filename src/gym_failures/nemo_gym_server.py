@@ -1,0 +1,225 @@
+"""NeMo Gym servers: one call makes a NeMo Gym server speak gym-failures, unchanged otherwise.
+
+    from gym_failures.nemo_gym_server import instrument
+
+    @instrument
+    class MyResourcesServer(SimpleResourcesServer):
+        ...
+
+or, for a server class you do not own (a bundled agent), in its entrypoint::
+
+    instrument(SimpleAgent).run_webserver()
+
+NeMo Gym builds each server's app in the server's `setup_webserver()`, which its
+`SimpleServer.run_webserver()` calls before it adds NeMo Gym's own exception middleware, its
+cancellation middleware and OpenTelemetry's (nemo_gym/server_utils.py:1355-1379). `instrument(cls)`
+wraps the class's `setup_webserver` so that every app it builds, in every worker:
+
+- sends each request's failure report (`gym_failures.asgi.FailureReportMiddleware`, the boundary
+  named by the server's base class). The middleware sits inside NeMo Gym's exception middleware, so a
+  failure reply is a response there and NeMo Gym leaves it alone;
+- rebuilds the upstream failure a handler's `ClientResponseError` names: NeMo Gym's own
+  `raise_for_status` (nemo_gym/server_utils.py:655) keeps the upstream reply's headers and body on
+  it, so the middleware rebuilds the upstream failure (same kind, event and origin ids, its causes).
+  When the error escapes the handler, the reply is that failure, as a call site rewritten to
+  `raise_boundary_failure` would send; an exception raised `from` it is this server's failure with
+  the upstream one as its cause. Existing `await raise_for_status(response)` call sites keep the
+  chain without a change;
+- registers the server's secrets (`gym_failures.redaction.register_secret`): every string in its
+  config and in the global config it was given under a key NeMo Gym calls secret
+  (`nemo_gym.secret_utils.looks_like_secret_key`, nemo_gym/secret_utils.py:24: "token", "key",
+  "header") or that names one (secret, password, auth, credential, cookie, signature), whole
+  sub-trees included, a bearer value's token too, and every `SecretStr`. No failure text this
+  process sends or logs holds them.
+
+The boundary by base class, matched by name along the MRO as NeMo Gym matches its server types
+(nemo_gym/server_utils.py:1045): `SimpleResourcesServer` is `resources_server`,
+`SimpleResponsesAPIAgent` is `agent`, `SimpleResponsesAPIModel` is `model`, `BaseEnvironmentServer`
+is `environment`; another class names its own with `boundary=`.
+
+Decisions:
+- The call takes the class, not an instance or an app: `run_webserver()` makes the instance and
+  the app itself, so the class is what a user holds. It changes the class in place (as a class
+  decorator does) and returns it. Calling it again adds nothing; a subclass of an instrumented class
+  is instrumented already, with its parent's boundary (its app gets the middleware once).
+- A model server's failure replies are in the shape its callers' SDKs read: Anthropic's on
+  `/v1/messages`, OpenAI's elsewhere; every other server's are gym-failures' own body.
+- A config value is registered when either NeMo Gym's rule or ours calls its key secret: the cost of
+  a wrongly registered value is a word redacted from a failure text, never from data. A value shorter
+  than `gym_failures.redaction.MIN_KNOWN_SECRET` cannot be registered; its key is logged, never it.
+- This module imports neither NeMo Gym nor a web framework: it needs only what a server and its app
+  are (`config`, `server_client.global_config_dict`, `add_middleware`, `state`), and OmegaConf,
+  when a global config is one, to read it. NeMo Gym's secret-key rule is matched, not imported.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol, TypeVar
+
+from gym_failures.asgi import ErrorShape, FailureReportMiddleware, Scope
+from gym_failures.failure_records import FailureBoundary
+from gym_failures.redaction import MIN_KNOWN_SECRET, register_secret
+
+__all__ = ["BOUNDARY_BY_BASE", "boundary_of", "instrument", "instrument_app", "server_secrets"]
+
+LOGGER = logging.getLogger(__name__)
+
+ServerT = TypeVar("ServerT", bound=type)
+
+BOUNDARY_BY_BASE: Mapping[str, FailureBoundary] = {
+    "SimpleResourcesServer": FailureBoundary.RESOURCES_SERVER,
+    "BaseResourcesServer": FailureBoundary.RESOURCES_SERVER,
+    "SimpleResponsesAPIAgent": FailureBoundary.AGENT,
+    "BaseResponsesAPIAgent": FailureBoundary.AGENT,
+    "SimpleResponsesAPIModel": FailureBoundary.MODEL,
+    "BaseResponsesAPIModel": FailureBoundary.MODEL,
+    "BaseEnvironmentServer": FailureBoundary.ENVIRONMENT,
+}
+"""A NeMo Gym server base class's name -> the boundary its servers' failures are of."""
+
+_INSTRUMENTED = "__gym_failures_instrumented__"
+_APP_MARK = "gym_failures_instrumented"
+# NeMo Gym's words for a secret key ("token", "key", "header": nemo_gym/secret_utils.py:24, which
+# matches them in lower case) and ours, in any case.
+_SECRET_WORDS = re.compile(r"(?i)token|key|header|secret|passw(?:or)?d|pwd|auth|credential|cookie|signature")
+_SCHEME = re.compile(r"(?i)^(?:bearer|basic|token|digest)\s+(\S+)$")
+_MAX_DEPTH = 32
+
+
+class _App(Protocol):
+    """What this module needs of a FastAPI or Starlette app."""
+
+    @property
+    def state(self) -> Any: ...
+
+    def add_middleware(self, middleware_class: Any, *args: Any, **kwargs: Any) -> None: ...
+
+
+def instrument(server_class: ServerT, *, boundary: FailureBoundary | str | None = None) -> ServerT:
+    """Make `server_class` (a NeMo Gym `SimpleServer` subclass) speak gym-failures: every app its
+    `setup_webserver()` builds gets `instrument_app` (see the module's docstring). Returns the class,
+    changed in place, so it also serves as a class decorator."""
+    chosen = boundary_of(server_class) if boundary is None else FailureBoundary(boundary)
+    if server_class.__dict__.get(_INSTRUMENTED) == chosen:
+        return server_class
+    setup: Callable[[Any], Any] = server_class.setup_webserver  # type: ignore[attr-defined]
+
+    @functools.wraps(setup)
+    def setup_webserver(self: Any) -> Any:
+        app = setup(self)
+        instrument_app(app, self, boundary=chosen)
+        return app
+
+    # A pydantic model class takes a new method like any class; its instances are what refuse it.
+    type.__setattr__(server_class, "setup_webserver", setup_webserver)
+    type.__setattr__(server_class, _INSTRUMENTED, chosen)
+    return server_class
+
+
+def boundary_of(server_class: type) -> FailureBoundary:
+    """The boundary of a NeMo Gym server class, by its base class (`BOUNDARY_BY_BASE`)."""
+    for base in server_class.__mro__:
+        found = BOUNDARY_BY_BASE.get(base.__name__)
+        if found is not None:
+            return found
+    raise ValueError(
+        f"{server_class.__name__} is no NeMo Gym resources, agent, model or environment server: "
+        "name its boundary (instrument(cls, boundary=...))"
+    )
+
+
+def instrument_app(app: _App, server: object, *, boundary: FailureBoundary | str) -> None:
+    """Add the failure-report middleware to `app` (once) and register `server`'s secrets: what
+    `instrument` does to each app a server builds, for an app built outside `setup_webserver`."""
+    for secret in server_secrets(server):
+        register_secret(secret)
+    if getattr(app.state, _APP_MARK, False):
+        return
+    setattr(app.state, _APP_MARK, True)
+    chosen = FailureBoundary(boundary)
+    shape: ErrorShape | Callable[[Scope], ErrorShape] = (
+        _model_error_shape if chosen is FailureBoundary.MODEL else "gym"
+    )
+    app.add_middleware(FailureReportMiddleware, boundary=chosen, error_shape=shape)
+
+
+def _model_error_shape(scope: Scope) -> ErrorShape:
+    path = scope.get("path", "")
+    return "anthropic" if isinstance(path, str) and path.endswith("/v1/messages") else "openai"
+
+
+def server_secrets(server: object) -> list[str]:
+    """The secrets a NeMo Gym server holds in its config and in the global config it was given (see
+    the module's docstring), each once, longest first; values too short to register are left out and
+    their keys logged."""
+    found: dict[str, None] = {}
+    config = getattr(server, "config", None)
+    global_config = getattr(getattr(server, "server_client", None), "global_config_dict", None)
+    for source in (_plain(config), _plain(global_config)):
+        for key, value in _secret_values(source, secret=False, key="", depth=0):
+            if len(value) >= MIN_KNOWN_SECRET:
+                found[value] = None
+            elif value:
+                LOGGER.warning("config key %r looks secret but is too short to redact", key)
+    return sorted(found, key=len, reverse=True)
+
+
+def _plain(config: object) -> object:
+    """`config` as plain dicts and lists: a pydantic model dumped (its `SecretStr`s revealed), an
+    OmegaConf config resolved (unresolved when it cannot be)."""
+    if config is None:
+        return None
+    dump = getattr(config, "model_dump", None)
+    if callable(dump):
+        return _revealed(dump())
+    try:
+        omegaconf = importlib.import_module("omegaconf")
+    except ImportError:
+        return config
+    if isinstance(config, omegaconf.DictConfig | omegaconf.ListConfig):
+        try:
+            return omegaconf.OmegaConf.to_container(config, resolve=True)
+        except Exception:  # an interpolation this process cannot resolve: read what is there
+            return omegaconf.OmegaConf.to_container(config, resolve=False)
+    return config
+
+
+def _revealed(value: Any, depth: int = 0) -> Any:
+    if depth > _MAX_DEPTH:
+        return None
+    secret = getattr(value, "get_secret_value", None)
+    if callable(secret):
+        return {"secret": secret()}  # a SecretStr is secret whatever its key
+    if isinstance(value, Mapping):
+        return {key: _revealed(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_revealed(item, depth + 1) for item in value]
+    return value
+
+
+def _is_secret_key(key: str) -> bool:
+    return _SECRET_WORDS.search(key) is not None
+
+
+def _secret_values(value: object, *, secret: bool, key: str, depth: int) -> Iterator[tuple[str, str]]:
+    """(key, value) for every string at or under a secret key, a bearer value's token beside it."""
+    if depth > _MAX_DEPTH:
+        return
+    if isinstance(value, str):
+        if secret:
+            yield key, value.strip()
+            match = _SCHEME.match(value.strip())
+            if match:
+                yield key, match.group(1)
+    elif isinstance(value, Mapping):
+        for name, item in value.items():
+            name = str(name)
+            yield from _secret_values(item, secret=secret or _is_secret_key(name), key=name, depth=depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _secret_values(item, secret=secret, key=key, depth=depth + 1)

@@ -1,0 +1,131 @@
+"""`gym_failures.nemo_gym_server` on its own: the secrets it finds in a config, and the boundary a
+class must name. The real NeMo Gym servers are in tests/nemo_gym_peer/test_nemo_gym_servers.py."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel, SecretStr
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from gym_failures.failure_kinds import MODEL_SERVER_ERROR
+from gym_failures.failure_records import FailureBoundary
+from gym_failures.failures import ModelFailure
+from gym_failures.nemo_gym_server import boundary_of, instrument, instrument_app, server_secrets
+from gym_failures.redaction import MIN_KNOWN_SECRET, forget_registered_secrets
+
+
+class _Config(BaseModel):
+    name: str = "judge"
+    host: str = "127.0.0.1"
+    judge_api_key: str = "judge-key-0123456789"
+    policy_token: SecretStr = SecretStr("secret-str-value-42")
+    extra_headers: dict[str, str] = {
+        "Authorization": "Bearer header-token-abcdef",
+        "X-Trace": "trace-id-1234",
+    }
+    tokenless: int = 7
+    short_key: str = "abc"
+
+
+class _Client:
+    global_config_dict: ClassVar[dict[str, object]] = {
+        "other_server": {"models": {"openai_api_key": "global-key-9876543210"}}
+    }
+
+
+class _Server:
+    config = _Config()
+    server_client = _Client()
+
+
+def test_the_secrets_are_every_string_under_a_secret_key_and_every_secret_str() -> None:
+    assert set(server_secrets(_Server())) == {
+        "judge-key-0123456789",
+        "secret-str-value-42",
+        "Bearer header-token-abcdef",
+        "header-token-abcdef",
+        "trace-id-1234",  # under a "header" key: NeMo Gym masks it, so it is registered too
+        "global-key-9876543210",
+    }
+
+
+def test_a_secret_too_short_to_redact_is_logged_by_its_key_only(caplog: pytest.LogCaptureFixture) -> None:
+    server_secrets(_Server())
+    assert "'short_key'" in caplog.text
+    assert "abc" not in caplog.text.replace("'short_key'", "")
+
+
+def test_instrument_app_adds_the_middleware_once() -> None:
+    app = Starlette()
+    try:
+        instrument_app(app, _Server(), boundary="resources_server")
+        instrument_app(app, _Server(), boundary="resources_server")
+    finally:
+        forget_registered_secrets()
+    assert [getattr(entry.cls, "__name__", None) for entry in app.user_middleware] == [
+        "FailureReportMiddleware"
+    ]
+
+
+def test_a_class_that_is_no_nemo_gym_server_must_name_its_boundary() -> None:
+    class Plain:
+        def setup_webserver(self) -> Starlette:
+            return Starlette()
+
+    with pytest.raises(ValueError, match="name its boundary"):
+        boundary_of(Plain)
+    assert instrument(Plain, boundary="sandbox") is Plain
+    assert instrument(Plain, boundary="sandbox") is Plain
+    assert Plain.__dict__["__gym_failures_instrumented__"] == FailureBoundary.SANDBOX
+
+
+_CONFIG = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=30),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["api_key", "host", "headers", "name", "x", "Token"]) | st.text(max_size=8),
+            children,
+            max_size=4,
+        )
+    ),
+    max_leaves=25,
+)
+
+
+class _Any:
+    def __init__(self, config: object, global_config: object) -> None:
+        self.config = config
+        self.server_client = type("Client", (), {"global_config_dict": global_config})()
+
+
+@given(_CONFIG, _CONFIG)
+def test_any_config_gives_secrets_found_in_it_never_a_crash(config: object, global_config: object) -> None:
+    secrets = server_secrets(_Any(config, global_config))
+    text = repr((config, global_config))
+    assert all(len(secret) >= MIN_KNOWN_SECRET for secret in secrets)
+    assert all(repr(secret)[1:-1] in text for secret in secrets)
+    assert len(secrets) == len(set(secrets))
+
+
+def test_a_model_servers_failure_replies_are_in_its_callers_sdk_shapes() -> None:
+    async def fail(request: Request) -> Response:
+        raise ModelFailure(failure_kind=MODEL_SERVER_ERROR, failure_reason="the model crashed")
+
+    app = Starlette(
+        routes=[Route("/v1/messages", fail, methods=["POST"]), Route("/v1/responses", fail, methods=["POST"])]
+    )
+    instrument_app(app, object(), boundary="model")
+    with TestClient(app, raise_server_exceptions=False) as client:
+        anthropic = client.post("/v1/messages").json()
+        openai = client.post("/v1/responses").json()
+    assert (anthropic["type"], anthropic["error"]["type"]) == ("error", "api_error")
+    assert openai["error"]["code"] == MODEL_SERVER_ERROR
