@@ -305,30 +305,12 @@ def test_explain_finds_a_nemo_gym_rollout_by_its_id() -> None:
 
 # --- The fixtures: runs NeMo Gym 0.7.0 made (examples/nemo_gym_runs/make_runs.py) ----------------
 
-_MASKING = (
-    "NeMo Gym masks by mask_sample alone; a result naming a failure_kind with mask_sample false is a "
-    "degraded, valid measurement, which our readers mask (issue 19, another helper's fix)"
-)
-_DENOMINATOR = (
-    "NeMo Gym's materialized inputs are the rollouts owed; a killed rollout left no row and is missing, "
-    "but our gate counts the rollouts it sees (issue 19, another helper's fix)"
-)
-SUMMARY_GAPS = {"degraded": _MASKING, "mixed": _MASKING}
-GATE_GAPS = {"degraded": _MASKING, "killed": _DENOMINATOR, "mixed": f"{_MASKING}; {_DENOMINATOR}"}
-
-
-def _cases(gaps: dict[str, str]) -> list[Any]:
-    return [
-        pytest.param(case, marks=pytest.mark.xfail(strict=True, reason=gaps[case])) if case in gaps else case
-        for case in CASES
-    ]
-
 
 def _files(case: str) -> list[Path]:
     return [RUNS / case / "rollouts.jsonl", RUNS / case / "rollouts_failures.jsonl"]
 
 
-@pytest.mark.parametrize("case", _cases(SUMMARY_GAPS))
+@pytest.mark.parametrize("case", CASES)
 def test_summarize_counts_each_nemo_gym_run_as_nemo_gym_does(case: str) -> None:
     expected = json.loads((RUNS / case / "expected.json").read_text())["summary"]
     summary = summarize(_files(case), max_attempts=3)
@@ -349,7 +331,7 @@ def test_summarize_counts_each_nemo_gym_run_as_nemo_gym_does(case: str) -> None:
     assert {item.value: item.count for item in summary.by_kind} == dict(labels)
 
 
-@pytest.mark.parametrize("case", _cases(GATE_GAPS))
+@pytest.mark.parametrize("case", CASES)
 def test_the_gate_covers_each_nemo_gym_run_as_nemo_gym_does(case: str) -> None:
     expected = json.loads((RUNS / case / "expected.json").read_text())["gate"]
     coverage = read_coverage(_files(case), max_attempts=3)
