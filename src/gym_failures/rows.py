@@ -313,13 +313,14 @@ class TaskScan:
     tasks: int = 0
     blank_lines: int = 0
     invalid_lines: list[int] = field(default_factory=list)
-    """0-based line numbers of lines that are not a JSON object (each the task index it would have had)."""
+    """0-based line numbers of lines that are not a JSON object."""
 
 
 def read_tasks(path: Path, scan: TaskScan | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Every task of the JSONL input `path` with its task index: its 0-based line number.
+    """Every task of the JSONL input `path` with its 0-based line number: the task index of runs
+    saved before issue 19 (the collector now numbers tasks as NeMo Gym does: `gym_failures.materialized`).
 
-    Every line counts, so a task's index is where it sits in the file (`sed -n '<N+1>p'`) whatever
+    Every line counts, so a task's number is where it sits in the file (`sed -n '<N+1>p'`) whatever
     lines come before it. A blank line, or one that is not a JSON object, is skipped and counted in
     `scan`. The input is written once, never appended to, so an unterminated last line is an
     ordinary last task, not a torn append. A task is read as written: `normalized` is for saved rows.
