@@ -83,6 +83,7 @@ def read_row(row: dict[str, Any]) -> dict[str, Any]:
         "attempt": view.get("attempt"),
         "final": view.get("final"),
         "final_reason": view.get("final_reason"),
+        "task_id": view.get("task_id"),
         "failure_kind": failure.get("failure_kind"),
         "failure_reason": failure.get("failure_reason"),
         "stage": failure.get("stage"),
@@ -272,6 +273,35 @@ def _row_inputs() -> list[tuple[str, dict[str, Any]]]:
         (
             "gym-failures success row",
             {
+                "rollout_id": "0:0",
+                "_ng_task_index": 0,
+                "_ng_rollout_index": 0,
+                "_ng_attempt_index": 1,
+                "agent_ref": {"name": "agent"},
+                "_gf_task_id": 7,
+                "result": {"reward": 1.0},
+                "reward": 1.0,
+                "response": response,
+            },
+        ),
+        (
+            "gym-failures failure row",
+            {
+                "rollout_id": "0:0",
+                "_ng_task_index": 0,
+                "_ng_rollout_index": 0,
+                "_ng_attempt_index": 2,
+                "agent_ref": {"name": "agent"},
+                "failure": {"failure_kind": "agent_run_error", "failure_reason": "x", "terminal": False},
+                "_gf_final": True,
+                "_gf_final_reason": "attempt_budget_exhausted",
+                "_ng_failure_class": "agent_run_error",
+                "_ng_failure_terminal": False,
+            },
+        ),
+        (
+            "gym-failures success row saved before issue 19",
+            {
                 "task_index": 0,
                 "rollout_index": 0,
                 "rollout_id": "0:0",
@@ -285,7 +315,7 @@ def _row_inputs() -> list[tuple[str, dict[str, Any]]]:
             },
         ),
         (
-            "gym-failures failure row",
+            "gym-failures failure row saved before issue 19",
             {
                 "task_index": 0,
                 "rollout_index": 0,

@@ -384,6 +384,7 @@ _ROW = st.fixed_dictionaries(
         "_ng_attempt_index": _SCALAR,
         "attempt": _SCALAR,
         "final": _SCALAR,
+        "_gf_final": _SCALAR,
         "failure": _FAILURE,
         "result": _SCALAR,
         "reward": _SCALAR,

@@ -45,7 +45,9 @@ contract keys win). JSON `null` counts as absent everywhere, as DuckDB reads it
 (`gym_failures.reporting.summary` applies the same rules in SQL; a differential test keeps them equal).
 
 Writing (`success_keys`, `failure_keys`): every row gym-failures writes also carries the NeMo Gym keys
-(see docs/rows.md for the table): the indices, `_ng_attempt_index` from the second attempt on, and on
+(see docs/rows.md for the table): the indices, `_ng_attempt_index` from the second attempt on,
+`agent_ref` (never `_ng_environment_server`: the collector sends to an agent, through no environment
+server, so that stamp would be untrue; `gym_failures.collection`), and on
 a failure row `_ng_failure_class`, `_ng_failure_terminal`, `_ng_failure_message`, `_ng_failure_stage`,
 `_ng_failure_type`, `_ng_failure_http_status` and `_ng_failure_response_body`.
 """
@@ -68,6 +70,7 @@ from gym_failures.failure_kinds import (
 )
 
 __all__ = [
+    "AGENT_REF",
     "ATTEMPT_INDEX",
     "BODY_KIND_REGEX",
     "BODY_START_REGEX",
@@ -126,6 +129,9 @@ FAILURE_STAGE: Final = "_ng_failure_stage"
 FAILURE_PARTIAL_RESPONSE: Final = "_ng_failure_partial_response"
 NO_PERSIST: Final = "_ng_no_persist"
 DISPATCH_DRAINED: Final = "_ng_dispatch_drained"
+AGENT_REF: Final = "agent_ref"
+"""`{"name": <agent>}`: the agent a rollout ran on; NeMo Gym groups a run's metrics by it when a row
+names no `_ng_environment_server` (`nemo_gym/rollout_collection.py:1725`)."""
 
 REASON_KEYS: tuple[str, ...] = (
     FAILURE_MESSAGE,
@@ -463,12 +469,17 @@ def _json_string(literal: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def success_keys(rollout_id_index: tuple[int, int], attempt: int) -> dict[str, Any]:
-    """The NeMo Gym keys of a row of `(task_index, rollout_index)`'s attempt `attempt` (1-based)."""
+def success_keys(
+    rollout_id_index: tuple[int, int], attempt: int, agent_name: str | None = None
+) -> dict[str, Any]:
+    """The NeMo Gym keys of a row of `(task_index, rollout_index)`'s attempt `attempt` (1-based), and
+    `agent_ref` naming `agent_name` when given (what NeMo Gym's aggregation groups rows by)."""
     task_index, rollout_index = rollout_id_index
     keys: dict[str, Any] = {TASK_INDEX: task_index, ROLLOUT_INDEX: rollout_index}
     if attempt > 1:
         keys[ATTEMPT_INDEX] = attempt - 1
+    if agent_name is not None:
+        keys[AGENT_REF] = {"name": agent_name}
     return keys
 
 

@@ -3,11 +3,12 @@
 Collection (`gym_failures.collection`) writes these rows; the gate (`gym_failures.gate`) and the
 reporting tools (`gym_failures.reporting`) read them, each through this module.
 
-Row contract (one JSON object a line; every row has these keys):
+Row contract (one JSON object a line; every row read by `normalized` has these keys, which a row is
+saved under where NeMo Gym does not take them for measurements: `gym_failures.row_keys`):
 
-- `task_index` (int): the task's line number in the input (0-based; every line counts, blank and
-  invalid ones too, which are skipped: `read_tasks`); `task_id`: the input row's `id` or `task_id`,
-  when it has one;
+- `task_index` (int): the task's index, as NeMo Gym numbers tasks (identical input lines share one;
+  the run's materialized inputs, `gym_failures.materialized`, hold the numbering; runs saved before
+  issue 19 numbered lines); `task_id`: the input row's `id` or `task_id`, when it has one;
 - `rollout_index` (int): which of the task's `num_repeats` rollouts; `rollout_id`:
   `"<task_index>:<rollout_index>"`;
 - `attempt` (int, from 1): which attempt at that rollout;
@@ -63,6 +64,7 @@ from gym_failures.nemo_gym import (
     materialized_inputs_path,
     read_nemo_gym,
 )
+from gym_failures.row_keys import read_saved_keys
 
 __all__ = [
     "FAILURES_SUFFIX",
@@ -109,8 +111,10 @@ def rollout_id(task_index: int, rollout_index: int) -> str:
 def normalized(row: Mapping[str, Any], max_attempts: int | None = None) -> dict[str, Any]:
     """`row` in the current contract, whatever wrote it: a NeMo Gym row gains the contract keys its
     `_ng_*` keys stand for (`gym_failures.nemo_gym.read_nemo_gym`; `max_attempts` is the budget that
-    makes a NeMo Gym failure final, NeMo Gym's own when None). No key is removed."""
+    makes a NeMo Gym failure final, NeMo Gym's own when None). Our own bookkeeping is read from its
+    saved `_gf_*` keys (`gym_failures.row_keys`). No key is removed."""
     result = dict(row)
+    read_saved_keys(result)
     read_nemo_gym(result, max_attempts)
     if "rollout_id" not in result:
         # Only real integers make an id: a row is never refused (nor raises) for a bad index; without
@@ -309,13 +313,14 @@ class TaskScan:
     tasks: int = 0
     blank_lines: int = 0
     invalid_lines: list[int] = field(default_factory=list)
-    """0-based line numbers of lines that are not a JSON object (each the task index it would have had)."""
+    """0-based line numbers of lines that are not a JSON object."""
 
 
 def read_tasks(path: Path, scan: TaskScan | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Every task of the JSONL input `path` with its task index: its 0-based line number.
+    """Every task of the JSONL input `path` with its 0-based line number: the task index of runs
+    saved before issue 19 (the collector now numbers tasks as NeMo Gym does: `gym_failures.materialized`).
 
-    Every line counts, so a task's index is where it sits in the file (`sed -n '<N+1>p'`) whatever
+    Every line counts, so a task's number is where it sits in the file (`sed -n '<N+1>p'`) whatever
     lines come before it. A blank line, or one that is not a JSON object, is skipped and counted in
     `scan`. The input is written once, never appended to, so an unterminated last line is an
     ordinary last task, not a torn append. A task is read as written: `normalized` is for saved rows.

@@ -33,18 +33,34 @@ __all__ = ["FailureRow", "SuccessRow", "main", "schemas", "write_schemas"]
 _DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
-class _RowBase(BaseModel):
+class _AgentRef(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    task_index: int = Field(ge=0, description="The task's 0-based line number in the input.")
-    rollout_index: int = Field(ge=0, description="Which of the task's repeats.")
+    name: str = Field(description="The agent's name (`--agent-name`): what NeMo Gym's aggregation groups by.")
+
+
+class _RowBase(BaseModel):
+    """The keys every row saves: its identity as NeMo Gym keeps it, nothing NeMo Gym would average
+    (`gym_failures.row_keys`; rows saved before issue 19 had `task_index`, `rollout_index` and
+    `attempt` too, which readers still take)."""
+
+    model_config = ConfigDict(extra="allow")
+
     rollout_id: str = Field(description='"<task_index>:<rollout_index>".')
-    attempt: int = Field(ge=1, description="1-based attempt number.")
-    task_id: Any = Field(default=None, description="The input row's `id` or `task_id`, when it has one.")
-    ng_task_index: int = Field(alias="_ng_task_index", ge=0, description="NeMo Gym's copy of task_index.")
-    ng_rollout_index: int = Field(alias="_ng_rollout_index", ge=0, description="NeMo Gym's rollout_index.")
+    ng_task_index: int = Field(
+        alias="_ng_task_index",
+        description="The task's index, as NeMo Gym numbers tasks (its materialized inputs).",
+    )
+    ng_rollout_index: int = Field(alias="_ng_rollout_index", description="Which of the task's rollouts.")
     ng_attempt_index: int | None = Field(
-        default=None, alias="_ng_attempt_index", ge=1, description="attempt - 1; absent on the first attempt."
+        default=None,
+        alias="_ng_attempt_index",
+        ge=1,
+        description="The attempt less one (earlier failed attempts); absent on the first attempt.",
+    )
+    agent_ref: _AgentRef = Field(description="The agent the rollout ran on.")
+    gf_task_id: Any = Field(
+        default=None, alias="_gf_task_id", description="The input row's `id` or `task_id`, when it has one."
     )
     ng_failure_events: dict[str, FailureEvent] | None = Field(default=None, alias="_ng_failure_events")
     ng_failure_id: str | None = Field(default=None, alias="_ng_failure_id")
@@ -64,9 +80,11 @@ class FailureRow(_RowBase):
     """A row of `<output>_failures.jsonl`: one failed attempt."""
 
     failure: EpisodeFailure
-    final: bool = Field(description="No attempt follows this one.")
-    final_reason: Literal["terminal", "attempt_budget_exhausted", "possibly_delivered"] | None
-    closed_on_resume: bool | None = None
+    gf_final: bool = Field(alias="_gf_final", description="No attempt follows this one.")
+    gf_final_reason: Literal["terminal", "attempt_budget_exhausted", "possibly_delivered"] | None = Field(
+        alias="_gf_final_reason"
+    )
+    gf_closed_on_resume: bool | None = Field(default=None, alias="_gf_closed_on_resume")
     rollout_failure: RolloutFailure | None = None
     ng_failure_class: str | None = Field(default=None, alias="_ng_failure_class")
     ng_failure_terminal: bool = Field(alias="_ng_failure_terminal")

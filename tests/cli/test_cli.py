@@ -538,7 +538,12 @@ def test_gate_sees_a_rollout_collect_never_saved_as_missing(tmp_path: Path, agen
     lines = output.read_bytes().splitlines(keepends=True)
     output.write_bytes(b"".join(lines[:2]))  # a rollout whose row was lost
     coverage = json.loads(_invoke("gate", tmp_path / "run", "--json").stdout)["coverage"]
-    assert (coverage["expected"], coverage["missing"], coverage["expected_source"]) == (3, 1, "manifest")
+    # The collector's materialized inputs owe the rollouts (they win over its manifest, which agrees).
+    assert (coverage["expected"], coverage["missing"], coverage["expected_source"]) == (
+        3,
+        1,
+        "materialized_inputs",
+    )
 
 
 # --- demo: an external policy endpoint -----------------------------------------------------------

@@ -237,7 +237,8 @@ def test_repairing_a_file_without_a_torn_line_changes_nothing(tmp_path: Path) ->
 
 
 async def test_a_legacy_sidecar_row_counts_as_a_final_outcome(tmp_path: Path, agent_url: str) -> None:
-    config = _config(tmp_path, agent_url, [{"mode": "ok"}, {"mode": "ok"}])
+    # Two tasks: identical lines would be one task (NeMo Gym's numbering).
+    config = _config(tmp_path, agent_url, [{"id": "a", "mode": "ok"}, {"id": "b", "mode": "ok"}])
     config.output_path.parent.mkdir(parents=True)
     legacy = {
         "task_index": 1,
@@ -365,7 +366,7 @@ async def test_an_unexpected_error_in_one_rollout_is_recorded_and_the_others_go_
 # --- Tasks -----------------------------------------------------------------------------------------
 
 
-async def test_a_task_index_is_its_line_number_and_an_unterminated_last_task_is_a_task(
+async def test_tasks_are_numbered_as_nemo_gym_numbers_them_and_an_unterminated_last_task_is_a_task(
     tmp_path: Path, agent_url: str
 ) -> None:
     config = _config(tmp_path, agent_url, [])
@@ -379,9 +380,10 @@ async def test_a_task_index_is_its_line_number_and_an_unterminated_last_task_is_
     assert (summary.tasks, summary.blank_task_lines, summary.invalid_task_lines) == (2, 1, 1)
     assert (summary.expected, summary.succeeded) == (2, 2)
     rows = sorted(_rows(config.output_path), key=lambda row: int(row["task_index"]))
+    # Skipped lines take no index: the valid rows are numbered 0, 1 (NeMo Gym's numbering).
     assert [(row["task_index"], row["rollout_id"], row["task_id"]) for row in rows] == [
         (0, "0:0", "a"),
-        (3, "3:0", "b"),
+        (1, "1:0", "b"),
     ]
     # The task reached the agent as written: nothing (such as a rollout id) was added to it.
     assert rows[1]["result"]["task"] == {"id": "b", "mode": "echo", "task_index": 7}
@@ -453,6 +455,7 @@ async def test_the_manifest_is_replaced_whole_never_rewritten_in_place(
         "rollouts.lock",
         "rollouts.manifest.json",
         "rollouts_failures.jsonl",
+        "rollouts_materialized_inputs.jsonl",
     ]
 
 
@@ -521,8 +524,12 @@ async def test_a_rollout_past_a_lowered_budget_is_closed_without_a_dispatch(
     config = _config(tmp_path, agent_url, [{"mode": "always_fail"}, {"mode": "always_fail"}], max_attempts=3)
     await collect(config)
     # As if the collector was killed after each rollout's second attempt.
-    kept = [row for row in _rows(config.failures_path) if row["attempt"] <= 2]
-    config.failures_path.write_text("".join(json.dumps(row) + "\n" for row in kept))
+    lines = config.failures_path.read_bytes().splitlines(keepends=True)
+    kept_lines = [
+        line for line, row in zip(lines, _rows(config.failures_path), strict=True) if row["attempt"] <= 2
+    ]
+    config.failures_path.write_bytes(b"".join(kept_lines))
+    kept = _rows(config.failures_path)
     summary = await collect(config.model_copy(update={"max_attempts": 2}))
     assert (summary.attempts, summary.closed_on_resume, summary.failed_final) == (0, 2, 2)
     rows = _rows(config.failures_path)
@@ -535,6 +542,10 @@ async def test_a_rollout_past_a_lowered_budget_is_closed_without_a_dispatch(
             "final": True,
             "final_reason": "attempt_budget_exhausted",
             "closed_on_resume": True,
+            # As saved (`gym_failures.row_keys`), beside the contract keys a reader adds.
+            "_gf_final": True,
+            "_gf_final_reason": "attempt_budget_exhausted",
+            "_gf_closed_on_resume": True,
         }
     again = await collect(config.model_copy(update={"max_attempts": 2}))
     assert (again.already_done, again.attempts, again.closed_on_resume) == (2, 0, 0)

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from gym_failures import nemo_gym
-from gym_failures.collection import CollectionConfig, collect, read_rows
+from gym_failures.collection import CollectionConfig, collect, normalized, read_rows
 from gym_failures.failure_kinds import AGENT_REQUEST_FAILED, TRANSPORT_TIMEOUT, TRANSPORT_UNREACHABLE
 from gym_failures.rollout_failure import read_rollout_failure
 from tests.processes import free_port
@@ -75,7 +75,7 @@ async def test_resuming_a_nemo_gym_run_dispatches_only_the_open_rollouts(
         for name in ("rollouts.jsonl", "rollouts_failures.jsonl")
         for line in _lines(run / name)
         if line not in before
-        for row in [json.loads(line)]
+        for row in [normalized(json.loads(line))]
         if not row.get("closed_on_resume")
     ]
     assert {row["rollout_id"]: row["attempt"] for row in new} == expected["dispatched"]
@@ -248,11 +248,6 @@ async def test_a_masked_result_is_saved_as_a_masked_success(tmp_path: Path, agen
     assert row["masked"] is True
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a NeMo Gym run directory holds rollout_verdicts.jsonl and the materialized inputs beside its "
-    "rows: CollectionConfig refuses it as 'several row files' (issue 19, another helper reads it as one)",
-)
 async def test_a_nemo_gym_run_directory_names_its_rows_file(tmp_path: Path, agent_url: str) -> None:
     run = _copy("failed", tmp_path)
     config = CollectionConfig(input_path=run / "input" / "tasks.jsonl", output_path=run, agent_url=agent_url)

@@ -413,11 +413,6 @@ async def test_gym_failures_resumes_a_run_nemo_gym_wrote_without_rerunning_finis
     assert set(after) <= set(_lines(run / "rollouts.jsonl") + _lines(run / "rollouts_failures.jsonl"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="NeMo Gym gives identical input lines one task index; gym-failures numbers lines, so resuming "
-    "a NeMo Gym run whose input repeats a line re-runs the wrong tasks",
-)
 async def test_gym_failures_resumes_a_run_whose_input_repeats_a_line_as_nemo_gym_numbers_it(
     runs: Runs, agent_url: str, tmp_path: Path
 ) -> None:

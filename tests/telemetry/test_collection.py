@@ -126,9 +126,9 @@ reader = InMemoryMetricReader()
 metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
 tasks, output, agent_url = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 config = CollectionConfig(input_path=tasks, output_path=output, agent_url=agent_url, concurrency=1)
-# No file of this process may pass 1500 bytes: the rows file fills up after a few rows, as a full
-# disk would (Python ignores SIGXFSZ, so the write fails with EFBIG).
-resource.setrlimit(resource.RLIMIT_FSIZE, (1500, 1500))
+# No file of this process may pass 4000 bytes: the materialized inputs (40 short rows) fit, the rows
+# file fills up after a few rows, as a full disk would (Python ignores SIGXFSZ: the write fails, EFBIG).
+resource.setrlimit(resource.RLIMIT_FSIZE, (4000, 4000))
 try:
     asyncio.run(collect(config))
 except OSError as error:

@@ -24,7 +24,8 @@ Decisions:
   succeeded exits 1 again: a script must not read "nothing left to do" as success. A task file
   without a task is exit status 2, before anything is written.
 - `collect --output DIR` takes the rows file the directory's one manifest names (a demo's run
-  holds tasks and injected faults beside it); without one manifest the collector chooses.
+  holds tasks and injected faults beside it); without one manifest the collector chooses (a NeMo Gym
+  run's: the rows beside its one `<stem>_materialized_inputs.jsonl`).
 - Messages name the command line's flags (`--num-repeats`, `--force-resume`), never the
   collection's field names.
 """
@@ -507,7 +508,11 @@ def add_collect(commands: Subcommands) -> None:
         help="resume even when the output was collected from a different input",
     )
     parser.add_argument(
-        "--agent-name", default="agent", metavar="NAME", help="the agent's name in metrics, never its URL"
+        "--agent-name",
+        default=None,
+        metavar="NAME",
+        help="the agent's name (as NeMo Gym's config names it), never its URL: every row's agent_ref, "
+        "what NeMo Gym's aggregation groups by, and in metrics (a resumed run's own; else `agent`)",
     )
     parser.add_argument(
         "--ray",
@@ -643,6 +648,8 @@ def _run_collect(arguments: argparse.Namespace) -> int:
         raise CommandError("--workers needs --ray")
     _require_tasks(arguments.input_path)
     options: dict[str, Any] = {"max_attempts": arguments.max_attempts} if arguments.max_attempts else {}
+    if arguments.agent_name is not None:
+        options["agent_name"] = arguments.agent_name  # set only when named: a resumed run keeps its own
     output = _output_path(arguments.output)
     try:
         config = CollectionConfig(
@@ -653,7 +660,6 @@ def _run_collect(arguments: argparse.Namespace) -> int:
             concurrency=arguments.concurrency,
             timeout_s=arguments.timeout,
             force_resume=arguments.force_resume,
-            agent_name=arguments.agent_name,
             **options,
         )
     except ValidationError as error:

@@ -1,9 +1,25 @@
 """The collector: dispatch rollouts to an agent server, save each attempt's outcome and failure report.
 
-Tasks: the input is JSONL, one task object a line (`read_tasks`). A task's index is its 0-based line
-number, every line counted; blank lines and lines that are not a JSON object are skipped and counted
-(`CollectionSummary.blank_task_lines`, `invalid_task_lines`). The input is written once and never
-appended to, so an unterminated last line is an ordinary task. Tasks are sent as written.
+Tasks: the input is JSONL, one task object a line. Blank lines and lines that are not a JSON object
+are skipped and counted (`CollectionSummary.blank_task_lines`, `invalid_task_lines`). The input is
+written once and never appended to, so an unterminated last line is an ordinary task. Tasks are
+numbered as NeMo Gym numbers them (identical lines are one task; a row's own `_ng_task_index` is
+kept), and every rollout of the run is written, before the first is dispatched, to the materialized
+inputs `<output>_materialized_inputs.jsonl` in NeMo Gym's form (`gym_failures.materialized`): NeMo
+Gym's `resume_from_cache` resumes the run only when they exist. When they exist they are the run's
+inventory and numbering (a NeMo Gym run's, or ours): kept as they are, every rollout they list and no
+other, `num_repeats` aside, unless a resume is forced against another input (`force_resume`), which
+materializes the input again. A run saved before issue 19 (manifest version 2) keeps its own
+numbering, its line numbers, and gets its materialized inputs on its first resume. A task is sent as
+written, less the keys materialization adds (`agent_ref` and the indices).
+
+Rows (`gym_failures.row_keys`): a row keeps no bookkeeping where NeMo Gym averages it (a numeric
+top-level key without a leading `_`): the indices and the attempt are NeMo Gym's `_ng_task_index`,
+`_ng_rollout_index`, `_ng_attempt_index`; `final`, `final_reason`, `closed_on_resume` and the task's
+id are saved under `_gf_`. Every row and materialized input names its agent, `agent_ref`
+`{"name": <agent_name>}`, what NeMo Gym's aggregation groups a run's rows by; a resumed run keeps the
+name its materialized inputs give each rollout. No row is stamped `_ng_environment_server`: the
+collector sends to the agent itself, through no environment server, so that stamp would be untrue.
 
 Protocol with the agent server: `POST <agent_url>/run` with the JSON body
 `{"task": <input row>, "rollout_id": "<task>:<rollout>", "attempt": <n>}`; the reply is a
@@ -57,15 +73,17 @@ Resume: both output files are read, in any form NeMo Gym or gym-failures wrote
 (`gym_failures.rows.normalized`; rows NeMo Gym marked never to be saved are ignored and counted); a
 rollout with a success row or a final failure row is done, and any other continues at its next attempt
 number: one past the highest attempt, or past its number of failure rows when that is more (older NeMo
-Gym rows carry no attempt index). An output NeMo Gym wrote has no manifest: a resume accepts it when its
-first row is NeMo Gym's (its `_ng_task_index`, no `rollout_id`), and writes the manifest from then on.
+Gym rows carry no attempt index), which is NeMo Gym's `_ng_attempt_index` continued. An output NeMo Gym
+wrote has no manifest: a resume accepts it when its materialized inputs exist or its first row is NeMo
+Gym's (its `_ng_task_index`, no `rollout_id`), and writes the manifest from then on.
 A rollout whose recorded attempts already use up
 `max_attempts` (lowered since the earlier run) is not dispatched again: a copy of its last failure row
 closes it (`final_reason` `attempt_budget_exhausted`, `closed_on_resume` true).
 
 The manifest, `<output>.manifest.json`, holds the digest of the input file and `num_repeats` (the
-run's identity) and `expected_rollouts` (tasks times `num_repeats`, which `gym-failures gate` reads as the
-rollouts expected). Resuming against a different identity is refused with `collection_resume_refused`
+run's identity), `expected_rollouts` (the rollouts of its inventory, which `gym-failures gate` reads as
+the rollouts expected) and its `version` (3; a version 2 run resumes, and keeps its version: its
+numbering). Resuming against a different identity is refused with `collection_resume_refused`
 unless `force_resume` is set; only the identity is compared, so a manifest written before
 `expected_rollouts` existed still resumes. `max_attempts`, the concurrency and the agent URL may
 change between runs; no endpoint or credential is written to the manifest. The manifest is replaced
@@ -115,9 +133,23 @@ from gym_failures.failures import (
     exception_type_name,
     new_event_id,
 )
+from gym_failures.materialized import (
+    LINES,
+    MATERIALIZED_SUFFIX,
+    NEMO_GYM,
+    MaterializedRollout,
+    MaterializedScan,
+    Numbering,
+    materialize,
+    materialized_path,
+    read_materialized,
+    task_of,
+    write_materialized,
+)
 from gym_failures.redaction import redact, redact_values, url_secrets, url_without_secrets
 from gym_failures.reply import own_chain
 from gym_failures.rollout_failure import Delivery, EpisodeId, RolloutFailure, delivery_of
+from gym_failures.row_keys import FINAL, FINAL_REASON, TASK_ID, saved
 from gym_failures.rows import (
     FAILURES_SUFFIX,
     JsonlScan,
@@ -136,7 +168,11 @@ from gym_failures.telemetry import CollectionProgress, RolloutOutcome, record_ro
 
 LOGGER = logging.getLogger("gym_failures.collection")
 
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
+"""Version 3 numbers tasks as NeMo Gym does (`gym_failures.materialized`); version 2 numbered lines,
+and a version 2 run still resumes with its own numbering."""
+_NUMBERING: dict[int, Numbering] = {2: LINES, 3: NEMO_GYM}
+"""Each resumable manifest version's task numbering, used when its run has no materialized inputs."""
 _IDENTITY = ("input_sha256", "num_repeats")
 """The manifest's fields that name the run; only these must match to resume."""
 
@@ -187,10 +223,17 @@ class CollectionConfig(BaseModel):
         named = run_rows_file(value)
         if named is not None:
             return named
+        # NeMo Gym's run: the rows beside its one `<stem>_materialized_inputs.jsonl`.
+        materialized = sorted(value.glob(f"*{MATERIALIZED_SUFFIX}.jsonl"))
+        if len(materialized) == 1:
+            return materialized[0].with_name(f"{materialized[0].stem[: -len(MATERIALIZED_SUFFIX)]}.jsonl")
         candidates = sorted(
             path
             for path in value.glob("*.jsonl")
-            if path.is_file() and not path.stem.endswith(FAILURES_SUFFIX) and path.resolve() != tasks
+            if path.is_file()
+            and not path.stem.endswith(FAILURES_SUFFIX)
+            and not nemo_gym.is_report_file(path)  # materialized inputs, health-check verdicts
+            and path.resolve() != tasks
         )
         if len(candidates) > 1:
             names = ", ".join(path.name for path in candidates)
@@ -198,7 +241,10 @@ class CollectionConfig(BaseModel):
         return candidates[0] if candidates else value / "rollouts.jsonl"
 
     agent_name: str = Field(default="agent", min_length=1, max_length=128)
-    """The agent's name in telemetry (`nemo.gym.rollout.dispatch.name`); never its URL."""
+    """The agent's name, never its URL: every row's and materialized input's `agent_ref.name` (what
+    NeMo Gym's aggregation groups a run's rows by) and telemetry's `nemo.gym.rollout.dispatch.name`.
+    A resumed run whose materialized inputs name an agent keeps that name on its rows (its rows stay
+    one group); a name set here that differs is warned about."""
 
     @field_validator("agent_url")
     @classmethod
@@ -220,6 +266,11 @@ class CollectionConfig(BaseModel):
     @property
     def manifest_path(self) -> Path:
         return manifest_path(self.output_path)
+
+    @property
+    def materialized_path(self) -> Path:
+        """`<output>_materialized_inputs.jsonl`: the run's inventory in NeMo Gym's form."""
+        return materialized_path(self.output_path)
 
     @property
     def lock_path(self) -> Path:
@@ -246,6 +297,8 @@ class CollectionSummary:
     invalid_task_lines: int = 0
     not_persisted_rows: int = 0
     """Rows on disk that NeMo Gym marked never to be saved: ignored by the resume."""
+    invalid_materialized_lines: int = 0
+    """Lines of the run's materialized inputs that name no rollout (or one already named): skipped."""
     scans: list[JsonlScan] = field(default_factory=list)
 
 
@@ -257,6 +310,8 @@ class PendingRollout:
     rollout_index: int
     task: dict[str, Any]
     next_attempt: int
+    agent_name: str = "agent"
+    """Its rows' `agent_ref.name`."""
 
 
 def _digest(path: Path) -> str:
@@ -345,12 +400,27 @@ def _written_by_nemo_gym(config: CollectionConfig) -> bool:
     return False
 
 
-def _check_manifest(config: CollectionConfig, expected: int) -> str:
-    """Refuse to resume another run's output (unless forced), then write this run's manifest; the
-    run's id (kept from the manifest on a resume)."""
+@dataclass(frozen=True)
+class _Manifest:
+    """What the manifest check decided: the run's id, its manifest version and identity."""
+
+    run_id: str
+    version: int
+    identity: dict[str, Any]
+    forced: bool = False
+    """Resumed, by `force_resume`, against an input or `num_repeats` other than the manifest's: the
+    inventory is the input's, materialized again."""
+
+
+def _check_manifest(config: CollectionConfig) -> _Manifest:
+    """Refuse to resume another run's output (unless forced); the run's id (kept from the manifest on
+    a resume) and the manifest version it goes on with (a version 2 run keeps its version: its
+    numbering)."""
     identity = {"input_sha256": _digest(config.input_path), "num_repeats": config.num_repeats}
     path = config.manifest_path
     run_id: str | None = None
+    version = MANIFEST_VERSION
+    same = True
     if path.exists():
         try:
             found = json.loads(path.read_bytes())
@@ -365,8 +435,11 @@ def _check_manifest(config: CollectionConfig, expected: int) -> str:
                     "(manifest differs); use a new output path, or force the resume"
                 ),
             )
-        # Version 1 numbered tasks by valid row, version 2 by line: their rollout ids can differ.
-        if isinstance(found, dict) and found.get("version") != MANIFEST_VERSION and not config.force_resume:
+        found_version = found.get("version") if isinstance(found, dict) else None
+        if type(found_version) is int and found_version in _NUMBERING:
+            version = found_version
+        elif not config.force_resume:
+            # Version 1 numbered tasks by valid row: its rollout ids can differ from any numbering now.
             raise CollectionFailure(
                 failure_kind=COLLECTION_RESUME_REFUSED,
                 failure_reason=(
@@ -377,32 +450,65 @@ def _check_manifest(config: CollectionConfig, expected: int) -> str:
         kept = found.get("run_id") if isinstance(found, dict) else None
         run_id = kept if isinstance(kept, str) and 0 < len(kept) <= 128 else None
     elif config.output_path.exists() or config.failures_path.exists():
-        if _written_by_nemo_gym(config):
-            # NeMo Gym writes no manifest; its rows name their tasks by `_ng_task_index`, the line
-            # numbers of the same input, so the resume goes on as NeMo Gym's own would.
+        if config.materialized_path.exists() or _written_by_nemo_gym(config):
+            # NeMo Gym writes no manifest; its materialized inputs (or its rows' own indices, numbered
+            # as NeMo Gym numbers the same input) name its rollouts, so the resume goes on as its own.
             LOGGER.info("%s: resuming a NeMo Gym run (no manifest)", config.output_path)
         elif not config.force_resume:
             raise CollectionFailure(
                 failure_kind=COLLECTION_RESUME_REFUSED,
                 failure_reason=f"{config.output_path} exists without a manifest; force the resume",
             )
-    run_id = run_id or new_event_id()
-    manifest = {"version": MANIFEST_VERSION, **identity, "expected_rollouts": expected, "run_id": run_id}
-    _write_atomic(path, json.dumps(manifest, indent=2) + "\n")
-    return run_id
+    return _Manifest(run_id or new_event_id(), version, identity, forced=not same)
 
 
-def _read_tasks(path: Path, summary: CollectionSummary) -> list[tuple[int, dict[str, Any]]]:
-    scan = TaskScan(path)
-    tasks = list(read_tasks(path, scan))
+def _write_manifest(config: CollectionConfig, manifest: _Manifest, expected: int) -> None:
+    """Write the run's manifest (replaced atomically)."""
+    document = {
+        "version": manifest.version,
+        **manifest.identity,
+        "expected_rollouts": expected,
+        "run_id": manifest.run_id,
+    }
+    _write_atomic(config.manifest_path, json.dumps(document, indent=2) + "\n")
+
+
+def _inventory(
+    config: CollectionConfig, manifest: _Manifest, summary: CollectionSummary
+) -> list[MaterializedRollout]:
+    """Every rollout of the run: its materialized inputs when they exist (NeMo Gym's run or ours: the
+    inventory and numbering, kept as they are, unless a resume was forced against another input);
+    else the input numbered as the manifest's version numbers it and materialized, before the first
+    dispatch, so that NeMo Gym's resume takes the run as its own."""
+    scan = TaskScan(config.input_path)
+    path = config.materialized_path
+    numbering = _NUMBERING[manifest.version]
+    if path.exists() and not manifest.forced:
+        for _ in read_tasks(config.input_path, scan):
+            pass  # counted only: the inventory is the materialized one
+        materialized_scan = MaterializedScan(path)
+        rollouts = read_materialized(path, materialized_scan)
+        summary.invalid_materialized_lines = len(materialized_scan.invalid_lines)
+    else:
+        rollouts = materialize(config.input_path, config.num_repeats, config.agent_name, numbering, scan)
+        write_materialized(path, rollouts)
     summary.tasks = scan.tasks
     summary.blank_task_lines = scan.blank_lines
     summary.invalid_task_lines = len(scan.invalid_lines)
-    return tasks
+    named = "agent_name" in config.model_fields_set
+    others = {rollout.agent_name for rollout in rollouts} - {None, config.agent_name}
+    if named and others:
+        LOGGER.warning(
+            "%s: its materialized inputs name the agent %s; its rows keep that name, not %r",
+            config.output_path,
+            ", ".join(repr(name) for name in sorted(others, key=str)),
+            config.agent_name,
+        )
+    return rollouts
 
 
 def _pending(
-    config: CollectionConfig, tasks: list[tuple[int, dict[str, Any]]], summary: CollectionSummary
+    config: CollectionConfig, inventory: list[MaterializedRollout], summary: CollectionSummary
 ) -> tuple[list[PendingRollout], list[dict[str, Any]]]:
     """Every rollout without a final outcome, at its next attempt number; and the rows that close
     the rollouts whose recorded attempts already use up the budget.
@@ -437,40 +543,41 @@ def _pending(
         summary.scans.append(scan)
     rollouts: list[PendingRollout] = []
     closing: list[dict[str, Any]] = []
-    for task_index, task in tasks:
-        for rollout_index in range(config.num_repeats):
-            key = rollout_id(task_index, rollout_index)
-            summary.expected += 1
-            if key in done:
-                summary.already_done += 1
-                continue
-            used = max(attempts.get(key, 0), failure_rows[key])
-            if used >= config.max_attempts and key in last:
-                closing.append(
+    for item in inventory:
+        key = rollout_id(item.task_index, item.rollout_index)
+        agent = item.agent_name or config.agent_name
+        summary.expected += 1
+        if key in done:
+            summary.already_done += 1
+            continue
+        used = max(attempts.get(key, 0), failure_rows[key])
+        if used >= config.max_attempts and key in last:
+            closing.append(
+                saved(
                     {
-                        # What the reader added to say where the row came from is not the row's.
-                        **{name: value for name, value in last[key][1].items() if name != "from_nemo_gym"},
+                        **last[key][1],
+                        nemo_gym.AGENT_REF: {"name": agent},
                         "final": True,
                         "final_reason": "attempt_budget_exhausted",
                         "closed_on_resume": True,
                     }
                 )
-                continue
-            rollouts.append(PendingRollout(task_index, rollout_index, task, used + 1))
+            )
+            continue
+        rollouts.append(
+            PendingRollout(item.task_index, item.rollout_index, task_of(item.row), used + 1, agent)
+        )
     return rollouts, closing
 
 
 def _base_row(rollout: PendingRollout, attempt: int) -> dict[str, Any]:
     row: dict[str, Any] = {
-        "task_index": rollout.task_index,
-        "rollout_index": rollout.rollout_index,
         "rollout_id": rollout_id(rollout.task_index, rollout.rollout_index),
-        "attempt": attempt,
-        **nemo_gym.success_keys((rollout.task_index, rollout.rollout_index), attempt),
+        **nemo_gym.success_keys((rollout.task_index, rollout.rollout_index), attempt, rollout.agent_name),
     }
     task_id = rollout.task.get("id", rollout.task.get("task_id"))
     if task_id is not None:
-        row["task_id"] = task_id
+        row[TASK_ID] = task_id
     return row
 
 
@@ -577,9 +684,11 @@ class Collector:
     async def run(self) -> CollectionSummary:
         config = self.config
         with _exclusive(config):
-            tasks = _read_tasks(config.input_path, self.summary)
-            self.run_id = _check_manifest(config, len(tasks) * config.num_repeats)
-            rollouts, closing = _pending(config, tasks, self.summary)
+            manifest = _check_manifest(config)
+            self.run_id = manifest.run_id
+            inventory = _inventory(config, manifest, self.summary)
+            _write_manifest(config, manifest, len(inventory))
+            rollouts, closing = _pending(config, inventory, self.summary)
             self.progress.expected = self.summary.expected
             self.progress.already_done = self.summary.already_done
             self._progress()
@@ -735,8 +844,8 @@ class AttemptDispatcher:
         final_reason = self._final_reason(response.failure, seen, attempt)
         failure = response.failure.model_dump(mode="json")
         row["failure"] = failure
-        row["final"] = final_reason is not None
-        row["final_reason"] = final_reason
+        row[FINAL] = final_reason is not None
+        row[FINAL_REASON] = final_reason
         row.update(
             nemo_gym.failure_keys(
                 failure,

@@ -121,6 +121,7 @@ _EVENT = (
 COLUMNS: dict[str, str] = {
     "attempt": "JSON",
     "final": "JSON",
+    "_gf_final": "JSON",
     "failure": "STRUCT(failure_kind JSON, failure_reason JSON, stage JSON)",
     "result": "STRUCT(reward JSON)",
     "reward": "JSON",
@@ -198,8 +199,10 @@ SELECT
         CASE WHEN _int(_ng_attempt_index) >= 0 THEN _int(_ng_attempt_index) + 1 END,
         1)
     END AS attempt_number,
+    -- `final` as saved since issue 19 (`_gf_final`), or in a row saved before it.
+    coalesce(final, _gf_final) AS saved_final,
     is_failure AND CASE
-        WHEN NOT nemo_failure OR json_type(final) = 'BOOLEAN' THEN _true(final)
+        WHEN NOT nemo_failure OR json_type(saved_final) = 'BOOLEAN' THEN _true(saved_final)
         ELSE _true(_ng_failure_terminal) OR attempt_number >= {max_attempts}
     END AS final_outcome,
     CASE WHEN is_failure THEN CASE WHEN nemo_failure THEN coalesce(

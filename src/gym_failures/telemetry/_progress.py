@@ -22,6 +22,7 @@ from typing import Any, Literal, get_args
 from gym_failures.failure_kinds import FailureStage, classify_failure
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import failure_type_for
+from gym_failures.row_keys import FINAL
 
 __all__ = ["CollectionProgress", "Outcome", "RolloutOutcome", "rollout_outcome"]
 
@@ -61,7 +62,7 @@ def rollout_outcome(row: Mapping[str, Any]) -> RolloutOutcome:
         failure_type = event.exception_type or failure_type_for(event.boundary).__name__
     return RolloutOutcome(
         "failed",
-        final=row.get("final") is True,
+        final=row.get("final", row.get(FINAL)) is True,  # saved as `_gf_final` (`gym_failures.row_keys`)
         failure_class=classify_failure(kind, stage, status).value,  # type: ignore[arg-type]
         failure_kind=kind,
         failure_type=failure_type,

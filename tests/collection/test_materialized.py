@@ -1,0 +1,362 @@
+"""The run directory NeMo Gym takes as its own: materialized inputs, NeMo Gym's task numbering, row
+bookkeeping NeMo Gym does not average, `agent_ref` on every row; and NeMo Gym's run directories resumed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gym_failures.collection import CollectionConfig, Collector, RowWriter, collect, read_rows
+from gym_failures.collection._run import PendingRollout
+from gym_failures.materialized import (
+    LINES,
+    NEMO_GYM,
+    MaterializedScan,
+    materialize,
+    materialized_path,
+    read_materialized,
+    task_of,
+    write_materialized,
+)
+from gym_failures.rows import TaskScan, normalized
+from tests.saved_rows import success_row
+
+RUNS = Path(__file__).resolve().parents[2] / "examples" / "nemo_gym_runs"
+
+
+def _tasks(path: Path, tasks: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(task) + "\n" for task in tasks))
+    return path
+
+
+def _config(tmp_path: Path, agent_url: str, tasks: list[dict[str, Any]], **options: Any) -> CollectionConfig:
+    return CollectionConfig(
+        input_path=_tasks(tmp_path / "tasks.jsonl", tasks),
+        output_path=tmp_path / "out" / "rollouts.jsonl",
+        agent_url=agent_url,
+        **options,
+    )
+
+
+def _raw(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
+
+
+def _materialized_keys(config: CollectionConfig) -> list[tuple[int, int]]:
+    return [(row["_ng_task_index"], row["_ng_rollout_index"]) for row in _raw(config.materialized_path)]
+
+
+# --- Materialized inputs ---------------------------------------------------------------------------
+
+
+class _Watching(Collector):
+    """A collector that notes whether the materialized inputs exist when the first dispatch starts."""
+
+    seen: list[dict[str, Any]] | None = None
+
+    async def dispatch_rollouts(
+        self, rollouts: list[PendingRollout], successes: RowWriter, failures: RowWriter
+    ) -> None:
+        self.seen = _raw(self.config.materialized_path)
+        await super().dispatch_rollouts(rollouts, successes, failures)
+
+
+async def test_a_fresh_run_materializes_every_rollout_in_nemo_gyms_form_before_the_first_dispatch(
+    tmp_path: Path, agent_url: str
+) -> None:
+    config = _config(
+        tmp_path, agent_url, [{"id": "a", "mode": "ok"}, {"id": "b", "mode": "ok"}], num_repeats=2
+    )
+    collector = _Watching(config)
+    await collector.run()
+    ref = {"name": "agent"}
+    expected = [
+        {"id": "a", "mode": "ok", "agent_ref": ref, "_ng_task_index": 0, "_ng_rollout_index": 0},
+        {"id": "a", "mode": "ok", "agent_ref": ref, "_ng_task_index": 0, "_ng_rollout_index": 1},
+        {"id": "b", "mode": "ok", "agent_ref": ref, "_ng_task_index": 1, "_ng_rollout_index": 0},
+        {"id": "b", "mode": "ok", "agent_ref": ref, "_ng_task_index": 1, "_ng_rollout_index": 1},
+    ]
+    assert collector.seen == expected
+    assert _raw(config.materialized_path) == expected
+    assert [list(row) for row in expected] == [list(row) for row in _raw(config.materialized_path)], (
+        "key order"
+    )
+    assert config.materialized_path == config.output_path.with_name("rollouts_materialized_inputs.jsonl")
+
+
+async def test_identical_lines_are_one_task_and_a_rows_own_task_index_is_kept(
+    tmp_path: Path, agent_url: str
+) -> None:
+    config = _config(tmp_path, agent_url, [], num_repeats=2)
+    config.input_path.write_bytes(
+        b'{"mode": "ok"}\n'
+        b'{"id": "b", "mode": "ok"}\n'
+        b'{"mode": "ok"}\r\n'  # the same text, read as NeMo Gym reads it (text mode)
+        b'{"mode": "ok", "_ng_task_index": 5}\n'
+        b'{"mode": "ok", "_ng_task_index": "x"}\n'  # names no rollout of ours: skipped, counted
+        b'{"mode": "ok"}'  # unterminated: a text of its own, as NeMo Gym reads it
+    )
+    summary = await collect(config)
+    assert _materialized_keys(config) == [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (1, 1),
+        (0, 2),
+        (0, 3),
+        (5, 0),
+        (5, 1),
+        (2, 0),
+        (2, 1),
+    ]
+    assert (summary.tasks, summary.invalid_task_lines, summary.expected, summary.succeeded) == (5, 1, 10, 10)
+    ids = sorted(row["rollout_id"] for row in read_rows(config.output_path))
+    assert ids == sorted(f"{task}:{rollout}" for task, rollout in _materialized_keys(config))
+    assert json.loads(config.manifest_path.read_text())["expected_rollouts"] == 10
+
+
+async def test_a_resume_keeps_the_materialized_inputs_as_its_inventory(
+    tmp_path: Path, agent_url: str
+) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "retry_then_ok"}], max_attempts=1)
+    await collect(config)
+    # The run's inventory says its one task is task 7, repeated twice: that is what a resume runs.
+    ref = {"name": "agent"}
+    rows = [
+        {"mode": "retry_then_ok", "agent_ref": ref, "_ng_task_index": 7, "_ng_rollout_index": r}
+        for r in (0, 1)
+    ]
+    config.materialized_path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    before = config.materialized_path.read_bytes()
+    summary = await collect(config.model_copy(update={"max_attempts": 2}))
+    assert config.materialized_path.read_bytes() == before
+    assert summary.expected == 2
+    done = {(row["rollout_id"], row["attempt"]) for row in read_rows(config.output_path)}
+    assert done == {("7:0", 2), ("7:1", 2)}, "the inventory's rollouts, each failed once then recovered"
+    assert json.loads(config.manifest_path.read_text())["expected_rollouts"] == 2
+
+
+@pytest.fixture
+def old_run(tmp_path: Path, agent_url: str) -> CollectionConfig:
+    """A run directory as a version 2 collector left it: its manifest, rows in the old form."""
+    config = _config(tmp_path, agent_url, [])
+    config.input_path.write_bytes(b'\n{"mode": "ok"}\n{"mode": "ok"}\n')
+    config.output_path.parent.mkdir(parents=True)
+    config.output_path.write_text(json.dumps(success_row("1:0")) + "\n")
+
+    manifest = {
+        "version": 2,
+        "input_sha256": hashlib.sha256(config.input_path.read_bytes()).hexdigest(),
+        "num_repeats": 1,
+        "expected_rollouts": 2,
+        "run_id": "run-2",
+    }
+    config.manifest_path.write_text(json.dumps(manifest))
+    return config
+
+
+async def test_an_older_run_resumes_with_its_own_numbering_and_gets_materialized_inputs(
+    old_run: CollectionConfig,
+) -> None:
+    summary = await collect(old_run)
+    assert (summary.already_done, summary.attempts) == (1, 1)
+    assert _materialized_keys(old_run) == [(1, 0), (2, 0)], "its line numbers, identical lines apart"
+    assert {row["rollout_id"] for row in read_rows(old_run.output_path)} == {"1:0", "2:0"}
+    manifest = json.loads(old_run.manifest_path.read_text())
+    assert (manifest["version"], manifest["run_id"]) == (2, "run-2")
+    again = await collect(old_run)
+    assert (again.already_done, again.attempts) == (2, 0)
+
+
+# --- The rows' keys --------------------------------------------------------------------------------
+
+
+def _numeric_top_level(row: dict[str, Any]) -> set[str]:
+    """The keys NeMo Gym would average: numeric (bool too), at the top level, not starting with `_`."""
+    return {key for key, value in row.items() if isinstance(value, int | float) and not key.startswith("_")}
+
+
+async def test_no_row_keeps_bookkeeping_where_nemo_gym_averages_and_every_row_names_its_agent(
+    tmp_path: Path, agent_url: str
+) -> None:
+    tasks: list[dict[str, Any]] = [
+        {"id": 7, "mode": "ok"},
+        {"mode": "terminal"},
+        {"mode": "retry_then_ok"},
+        {"mode": "always_fail"},
+    ]
+    config = _config(tmp_path, agent_url, tasks, max_attempts=3, agent_name="policy_agent")
+    await collect(config)
+    # Lowered budget on resume: nothing is open, so kill the last attempt to have a rollout closed.
+    lines = config.failures_path.read_bytes().splitlines(keepends=True)
+    config.failures_path.write_bytes(b"".join(lines[:-1]))
+    resumed = await collect(config.model_copy(update={"max_attempts": 2}))
+    assert resumed.closed_on_resume == 1
+    rows = _raw(config.output_path) + _raw(config.failures_path)
+    assert len(rows) == 7
+    for row in rows:
+        assert _numeric_top_level(row) <= {"reward"}, row
+        assert row["agent_ref"] == {"name": "policy_agent"}
+        assert "_ng_environment_server" not in row
+        assert not {"task_index", "rollout_index", "attempt", "final", "final_reason", "task_id"} & set(row)
+    (numbered,) = [row for row in rows if row.get("_gf_task_id") == 7]
+    assert numbered["reward"] == 1.0
+    assert all(row["agent_ref"] == {"name": "policy_agent"} for row in _raw(config.materialized_path))
+
+
+async def test_a_resumed_run_keeps_the_agent_its_materialized_inputs_name(
+    tmp_path: Path, agent_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "ok"}])
+    row = {"mode": "ok", "agent_ref": {"name": "simple_agent"}, "_ng_task_index": 0, "_ng_rollout_index": 0}
+    config.materialized_path.parent.mkdir(parents=True)
+    config.materialized_path.write_text(json.dumps(row) + "\n")
+    with caplog.at_level(logging.WARNING, "gym_failures.collection"):
+        await collect(config.model_copy(update={"agent_name": "other"}))
+    (saved,) = _raw(config.output_path)
+    assert saved["agent_ref"] == {"name": "simple_agent"}
+    assert "simple_agent" in caplog.text
+    assert "'other'" in caplog.text
+
+
+# --- NeMo Gym's run directories --------------------------------------------------------------------
+
+
+CASES = sorted(path.name for path in RUNS.iterdir() if path.is_dir())
+_BESIDE = {
+    "rollout_verdicts.jsonl": '{"rollout": 0, "verdict": "ok"}\n',
+    "quality_summary.json": "{}\n",
+    "rollouts_aggregate_metrics.json": "[]\n",
+}
+
+
+def _nemo_gym_run(tmp_path: Path, case: str) -> Path:
+    """An example run with every file NeMo Gym writes beside its rows: its own where the example has
+    them (runs NeMo Gym made), else made here (its materialized inputs numbered as NeMo Gym numbers)."""
+    run = tmp_path / case
+    shutil.copytree(RUNS / case, run)
+    expected = json.loads((run / "expected.json").read_text())
+    materialized = run / "rollouts_materialized_inputs.jsonl"
+    if not materialized.exists():
+        tasks = run / "input" / "tasks.jsonl"
+        write_materialized(
+            materialized, materialize(tasks, expected["num_repeats"], "simple_agent", NEMO_GYM)
+        )
+    for name, text in _BESIDE.items():
+        if not (run / name).exists():
+            (run / name).write_text(text)
+    return run
+
+
+def _complete_lines(path: Path) -> bytes:
+    content = path.read_bytes() if path.exists() else b""
+    return content[: content.rfind(b"\n") + 1]
+
+
+@pytest.mark.parametrize("case", CASES)
+async def test_a_nemo_gym_run_directory_is_resumed_as_its_own(
+    case: str, tmp_path: Path, agent_url: str
+) -> None:
+    """`--output RUN_DIR`: only the open rollouts run, at NeMo Gym's next attempt, no row is lost, and
+    the files NeMo Gym keeps beside the rows are left alone."""
+    run = _nemo_gym_run(tmp_path, case)
+    beside = {name: (run / name).read_bytes() for name in (*_BESIDE, "rollouts_materialized_inputs.jsonl")}
+    files = ("rollouts.jsonl", "rollouts_failures.jsonl")
+    before = {name: _complete_lines(run / name) for name in files}
+    expected = json.loads((run / "expected.json").read_text())
+    config = CollectionConfig(
+        input_path=run / "input" / "tasks.jsonl",
+        output_path=run,
+        agent_url=agent_url,
+        num_repeats=expected["num_repeats"],
+        max_attempts=3,
+    )
+    assert config.output_path == run / "rollouts.jsonl"
+    summary = await collect(config)
+    resume = expected["resume"]
+    assert (summary.already_done, summary.closed_on_resume) == (
+        resume["already_done"],
+        resume["closed_on_resume"],
+    )
+    new = []
+    for name in files:
+        content = (run / name).read_bytes()
+        assert content.startswith(before[name]), "no row lost"
+        new += [normalized(json.loads(line)) for line in content[len(before[name]) :].splitlines()]
+    opened = [row for row in new if not row.get("closed_on_resume")]
+    assert {row["rollout_id"]: row["attempt"] for row in opened} == resume["dispatched"]
+    assert {name: (run / name).read_bytes() for name in beside} == beside
+    assert all("agent_ref" in row for row in new)
+
+
+# --- Reading materialized inputs -------------------------------------------------------------------
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+_ROW = st.fixed_dictionaries(
+    {},
+    optional={
+        "_ng_task_index": _JSON | st.integers(0, 3),
+        "_ng_rollout_index": _JSON | st.integers(0, 2),
+        "q": _JSON,
+    },
+)
+_LINE = st.one_of(
+    _ROW.map(lambda row: json.dumps(row).encode()),
+    st.binary(max_size=12),
+    st.just(b""),
+    st.just(b"[1]"),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(lines=st.lists(_LINE, max_size=8), end=st.sampled_from([b"", b"\n"]))
+def test_reading_any_materialized_inputs_never_raises_and_names_each_rollout_once(
+    tmp_path_factory: pytest.TempPathFactory, lines: list[bytes], end: bytes
+) -> None:
+    path = tmp_path_factory.mktemp("m") / "rollouts_materialized_inputs.jsonl"
+    path.write_bytes(b"\n".join(line.replace(b"\n", b" ") for line in lines) + end)
+    scan = MaterializedScan(path)
+    rollouts = read_materialized(path, scan)
+    keys = [(item.task_index, item.rollout_index) for item in rollouts]
+    assert len(keys) == len(set(keys)) == scan.rollouts
+    assert all(type(index) is int for key in keys for index in key)
+    content = path.read_bytes()
+    total = content.count(b"\n") + (not content.endswith(b"\n") and content != b"")
+    assert scan.rollouts + scan.blank_lines + len(scan.invalid_lines) == total
+
+
+_TASK = st.fixed_dictionaries({"q": st.integers(0, 2)}, optional={"id": st.text(max_size=3)})
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tasks=st.lists(_TASK, max_size=6), repeats=st.integers(1, 3), numbering=st.sampled_from([NEMO_GYM, LINES])
+)
+def test_materialized_inputs_read_back_as_written(
+    tmp_path_factory: pytest.TempPathFactory, tasks: list[dict[str, Any]], repeats: int, numbering: Any
+) -> None:
+    directory = tmp_path_factory.mktemp("m")
+    source = _tasks(directory / "tasks.jsonl", tasks)
+    scan = TaskScan(source)
+    rollouts = materialize(source, repeats, "agent", numbering, scan)
+    assert len(rollouts) == len(tasks) * repeats == len({(r.task_index, r.rollout_index) for r in rollouts})
+    assert [task_of(r.row) for r in rollouts] == [task for task in tasks for _ in range(repeats)]
+    path = materialized_path(directory / "rollouts.jsonl")
+    write_materialized(path, rollouts)
+    assert read_materialized(path) == rollouts
+    if numbering == NEMO_GYM:
+        distinct = list(dict.fromkeys(json.dumps(task) for task in tasks))
+        assert {r.task_index for r in rollouts} == set(range(len(distinct)))

@@ -1,0 +1,83 @@
+"""NeMo Gym's own resume planning, materialization and aggregation over run directories gym-failures wrote.
+
+Usage: `our_runs.py JOBS.json`, a list of `{"name", "run_dir", "input", "agent_name", "num_repeats"}`.
+For each run directory, NeMo Gym 0.7.0's own code does its part:
+
+- whether its `resume_from_cache` resumes the directory at all (the condition of `_run_from_config`,
+  nemo_gym/rollout_collection.py:2385: the materialized inputs and the rows file exist);
+- `_preprocess_rows_from_config`: the materialized rows a fresh NeMo Gym run of the same input writes;
+- `RolloutCollectionHelper()._load_from_cache`: its resume planning (every rollout it would dispatch,
+  with the attempt index it stamps, and the results it keeps);
+- `_metrics_group`: the group each row is aggregated under (with no environment server known, and with
+  one fronting the agent);
+- `compute_aggregate_metrics` (its `/aggregate_metrics`): the metric names made of the run's results,
+  and of its failure rows as `_counted_failure_row` hands them over (`count_failure_classes_as_zero`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from _peer import report
+from nemo_gym.reward_profile import compute_aggregate_metrics
+from nemo_gym.rollout_collection import (
+    RolloutCollectionConfig,
+    RolloutCollectionHelper,
+    _counted_failure_row,
+    _metrics_group,
+)
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def _metric_names(rows: list[dict[str, Any]]) -> list[str]:
+    return sorted(compute_aggregate_metrics(rows).agent_metrics) if rows else []
+
+
+def _plan(job: dict[str, Any]) -> dict[str, Any]:
+    run_dir = Path(job["run_dir"])
+    config = RolloutCollectionConfig(
+        input_jsonl_fpath=job["input"],
+        output_jsonl_fpath=str(run_dir / "rollouts.jsonl"),
+        resume_from_cache=True,
+        agent_name=job["agent_name"],
+        num_repeats=job["num_repeats"],
+    )
+    helper = RolloutCollectionHelper()
+    fresh = helper._preprocess_rows_from_config(config)
+    resumes = config.materialized_jsonl_fpath.exists() and Path(config.output_jsonl_fpath).exists()
+    planned: list[list[int]] = []
+    kept = 0
+    if resumes:
+        input_rows, _, results, _ = helper._load_from_cache(config)
+        planned = sorted(
+            [row["_ng_task_index"], row["_ng_rollout_index"], row.get("_ng_attempt_index", 0)]
+            for row in input_rows
+        )
+        kept = len(results)
+    successes = _rows(run_dir / "rollouts.jsonl")
+    failures = _rows(run_dir / "rollouts_failures.jsonl")
+    agent = job["agent_name"]
+    return {
+        "resumes": resumes,
+        "fresh_materialized": fresh,
+        "planned": planned,
+        "kept_results": kept,
+        "groups": sorted({str(_metrics_group(row, lambda: {})) for row in successes + failures}),
+        "groups_behind_a_server": sorted(
+            {str(_metrics_group(row, lambda: {agent: ["env_server"]})) for row in successes + failures}
+        ),
+        "result_metrics": _metric_names(successes),
+        "failure_metrics": _metric_names([_counted_failure_row(row) for row in failures]),
+    }
+
+
+jobs = json.loads(Path(sys.argv[1]).read_text())
+report({job["name"]: _plan(job) for job in jobs})
