@@ -346,7 +346,11 @@ def measure_telemetry(rounds: int = 21, requests: int = 2000) -> dict[str, float
     finally:
         process.stdin.close()
         process.wait(timeout=30)
-    return {name: statistics.median(values) for name, values in samples.items()}
+    figures = {name: statistics.median(values) for name, values in samples.items()}
+    for name, values in samples.items():
+        if "/" in name:  # a ratio: its rounds' range beside the median
+            figures[f"{name} low"], figures[f"{name} high"] = min(values), max(values)
+    return figures
 
 
 def telemetry_table(figures: Mapping[str, float]) -> str:
@@ -364,9 +368,13 @@ def telemetry_table(figures: Mapping[str, float]) -> str:
         ("failure", "failure path, no active span"),
         ("failure_span", "failure path, in a span"),
     ):
-        cost = 1 / figures[f"{name}_on/{name}_off"]
+        ratio = f"{name}_on/{name}_off"
+        cost, low, high = (1 / figures[key] for key in (ratio, f"{ratio} high", f"{ratio} low"))
         lines.append(f"| {what}: recording off | {figures[f'{name}_off']:,.0f} | 1.000 | |")
-        lines.append(f"| {what}: recording | {figures[f'{name}_on']:,.0f} | {cost:.3f}x the cost | ≤ 1.1x |")
+        lines.append(
+            f"| {what}: recording | {figures[f'{name}_on']:,.0f} | {cost:.3f}x the cost "
+            f"({low:.2f}x to {high:.2f}x) | ≤ 1.1x |"
+        )
     return "\n".join(lines)
 
 

@@ -189,7 +189,7 @@ class StreamFailureReportReader:
             # name may be split between it and the bytes before it: then the bytes on either side
             # of the cut are two consecutive bytes of the name (however small the chunks).
             size = len(chunk)
-            if size and (self._edge | chunk[0]) not in _NAME_PAIRS:
+            if size and ((self._edge | chunk[0]) not in _NAME_PAIRS or self._unsplit(chunk, held)):
                 held.append(chunk)
                 self._edge = chunk[-1] << 8
                 left = self._held_left = self._held_left - size
@@ -206,6 +206,15 @@ class StreamFailureReportReader:
         if chunk:
             self._keep((chunk,), len(chunk))
             self._read_chunk(chunk, found)
+
+    def _unsplit(self, chunk: bytes, held: list[bytes]) -> bool:
+        """Whether the field name is surely not split between `chunk` and the bytes before it, once
+        the two bytes at the cut are two of the name's ("re" of "response" is): the bytes before it
+        are the last held chunk (when at least the name's length) or the whole unfinished line."""
+        last = held[-1] if held else self._pending
+        if held and len(last) < _SPLIT:
+            return False  # the name could reach back into an earlier chunk: read them all
+        return _FIELD not in last[-_SPLIT:] + chunk[:_SPLIT]
 
     def _read_chunk(self, chunk: bytes, found: int) -> None:
         """Read one non-empty chunk whose first whole field name is at `found` (-1: none)."""
