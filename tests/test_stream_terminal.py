@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from hypothesis import given
@@ -187,19 +188,31 @@ _EVENTS = st.sampled_from(
 )
 
 
-def _terminal_seen(chunks: list[bytes]) -> bool:
-    reader = _Reader()
+class _SmallWindowReader(_Reader):
+    """A window and batches a few events long: the last event is read back across batches, and one
+    longer than the window is known by its name (`_named`)."""
+
+    _WINDOW: ClassVar[int] = 100
+    _BATCH: ClassVar[int] = 64
+
+
+def _terminal_seen(chunks: list[bytes], reader_type: type[_Reader] = _Reader) -> bool:
+    reader = reader_type()
     for chunk in chunks:
         reader.feed(chunk)
     reader.finish()
     return reader.terminal_seen
 
 
-@given(events=st.lists(_EVENTS, min_size=1, max_size=6), cuts=st.lists(st.integers(0, 400), max_size=12))
+@given(
+    events=st.lists(_EVENTS, min_size=1, max_size=10),
+    cuts=st.lists(st.integers(0, 700), max_size=16),
+    reader_type=st.sampled_from([_Reader, _SmallWindowReader]),
+)
 def test_terminal_seen_does_not_depend_on_how_the_stream_is_chunked(
-    events: list[bytes], cuts: list[int]
+    events: list[bytes], cuts: list[int], reader_type: type[_Reader]
 ) -> None:
     stream = b"".join(events)
     points = sorted({min(cut, len(stream)) for cut in cuts})
     chunks = [stream[start:end] for start, end in zip([0, *points], [*points, len(stream)], strict=True)]
-    assert _terminal_seen(chunks) == _terminal_seen([stream])
+    assert _terminal_seen(chunks, reader_type) == _terminal_seen([stream], reader_type)
