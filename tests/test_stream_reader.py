@@ -402,12 +402,16 @@ def test_a_long_line_with_the_key_in_a_non_terminal_event_is_ignored() -> None:
     assert read(stream[i : i + 50_000] for i in range(0, len(stream), 50_000)) is None
 
 
-def test_a_long_line_without_the_key_costs_no_memory_beyond_the_bound() -> None:
+@pytest.mark.parametrize("chunk_size", [1 << 16, 2 * MAX, 1 << 23])
+def test_a_long_line_without_the_key_costs_no_memory_beyond_the_bound(chunk_size: int) -> None:
+    """Chunks smaller and larger than the bound: a chunk held whole keeps no more of its last line."""
     delta = {"type": "response.output_text.delta", "delta": "y" * (3 * MAX)}
     stream = event("response.output_text.delta", delta) + responses_stream(REPORT, terminal="error")
+    stream = b": ping\n\n" + stream  # lines that end before the long one, in its chunk
     reader = StreamFailureReportReader()
-    for i in range(0, len(stream), 1 << 16):
-        reader.feed(stream[i : i + (1 << 16)])
+    reader.feed(b": keep-alive\n")  # past the stream's start: the next chunks may be held
+    for i in range(0, len(stream), chunk_size):
+        reader.feed(stream[i : i + chunk_size])
         assert len(reader._pending) <= MAX
     assert reader.finish() == REPORT
 

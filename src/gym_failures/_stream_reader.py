@@ -262,8 +262,12 @@ class StreamFailureReportReader:
         cr = last.rfind(b"\r", end + 1)
         if cr > end:
             end = cr
-        if end >= 0 and self._advance(last, 0, end, probe=True):
-            # The unfinished line lies in `last` (< `_BATCH` bytes) and holds no field name.
+        if (
+            end >= 0
+            and len(last) - end - 1 <= self._MAX_LINE_BYTES
+            and self._advance(last, 0, end, probe=True)
+        ):
+            # The unfinished line lies in `last`, within the bound, and holds no field name.
             self._last = last[end]
             pending = self._pending = last[end + 1 :]
             self._edge = pending[-1] << 8 if pending else 0
