@@ -632,11 +632,11 @@ def _require_tasks(path: Path) -> None:
 def _run_collect(arguments: argparse.Namespace) -> int:
     if arguments.metrics_port is not None:
         require_extra("--metrics-port", "prometheus", METRICS_MODULES)
-    import asyncio
     from dataclasses import fields
 
     from pydantic import ValidationError
 
+    from gym_failures._loop import run as run_loop
     from gym_failures.cli._live import live_collection, metrics_endpoint
     from gym_failures.cli._render import print_collection
     from gym_failures.collection import CollectionConfig
@@ -675,11 +675,11 @@ def _run_collect(arguments: argparse.Namespace) -> int:
                     config, on_progress, workers=arguments.workers or 2, address=arguments.ray or None
                 )
                 try:
-                    summary = asyncio.run(running_on_ray)
+                    summary = run_loop(running_on_ray)
                 except ray_join_error as error:  # an address Ray cannot use or reach: nothing ran
                     raise CommandError(f"--ray: {error}") from None
             else:
-                summary = asyncio.run(run_collection(config, on_progress))
+                summary = run_loop(run_collection(config, on_progress))
         except NgFailureEvent as failure:
             if failure.failure_kind == COLLECTION_DISPATCH_FAILED:  # every Ray worker was lost
                 raise CommandError(failure.failure_reason, status=EXIT_FAILED) from None
