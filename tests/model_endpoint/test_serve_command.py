@@ -152,3 +152,25 @@ def test_a_run_logs_only_what_went_wrong_unasked_and_writes_its_verdict(tmp_path
     )
     assert done.returncode == 1
     assert "cut_stream_accepted" in done.stdout
+
+
+def test_the_verdict_file_is_written_on_sigterm_too(tmp_path: Path) -> None:
+    """uvicorn raises the signal that stopped it again after its shutdown; a SIGTERM then ends the
+    process at once, so the file is written within the shutdown itself."""
+    port = free_port()
+    verdict_file = tmp_path / "verdict.json"
+    process = subprocess.Popen(
+        [*COMMAND, "--port", str(port), "--verdict-file", str(verdict_file)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_listening(port, process)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    finally:
+        stop(process)
+    document = json.loads(verdict_file.read_text("utf-8"))
+    assert document["journal"] == []
+    assert document["verdict"]["passed"] is True

@@ -4,7 +4,7 @@
 Decisions:
 - `serve` takes the server as a subcommand (`serve model`), so `serve model --help` is the model
   endpoint's own page: its options, its faults and its exit status.
-- `--verdict-file FILE` is written when the server stops, Ctrl-C included: the verdict and the
+- `--verdict-file FILE` is written when the server stops, by Ctrl-C or SIGTERM: the verdict and the
   journal it read, so `gym-failures verdict FILE --client ROWS` can judge it again with the client's
   record.
 - `--metrics-port` listens on `--host`, as the endpoint does: a server bound to loopback must not
@@ -237,10 +237,23 @@ def _run_serve(arguments: argparse.Namespace) -> int:
         quota = Quota(rpm=arguments.rpm, tpm=arguments.tpm)
     endpoint = ModelEndpoint(plan=plan, api_key=api_key, quota=quota)
     app = endpoint.app()
+    written: list[bool] = []
+
+    def write_verdict() -> None:
+        if arguments.verdict_file is not None and not written:
+            written.append(True)
+            _write_verdict(endpoint, arguments.verdict_file)
+
+    class Server(uvicorn.Server):
+        # Written at the end of uvicorn's shutdown: after it, uvicorn raises the signal that stopped
+        # it again, and a SIGTERM's default action ends the process with no cleanup of ours.
+        async def shutdown(self, sockets: Any = None) -> None:
+            await super().shutdown(sockets=sockets)
+            write_verdict()
+
     with contextlib.ExitStack() as running:
         running.callback(listening.close)
-        if arguments.verdict_file is not None:
-            running.callback(_write_verdict, endpoint, arguments.verdict_file)
+        running.callback(write_verdict)
         if arguments.metrics_port is not None:
             running.enter_context(
                 metrics_endpoint(arguments.metrics_port, "gym-failures-model", host=arguments.host)
@@ -252,7 +265,7 @@ def _run_serve(arguments: argparse.Namespace) -> int:
         # The endpoint keeps nothing to start or stop: no lifespan, so a second Ctrl-C during
         # shutdown has no lifespan task to cancel (and no traceback of it to print).
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off")
-        server = uvicorn.Server(config)
+        server = Server(config)
         server.run(sockets=[listening])
     return EXIT_OK
 
