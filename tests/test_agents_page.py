@@ -95,3 +95,117 @@ def test_the_pages_example_rows_are_counted_as_it_says() -> None:
         "truncated_answer": 1,
         "empty_answer": 1,
     }
+
+
+# --- examples/nemo_gym_runs/README.md: the resume command, as printed -------------------------
+
+EXAMPLES = ROOT / "examples" / "nemo_gym_runs"
+
+
+def _resume_commands() -> list[str]:
+    text = (EXAMPLES / "README.md").read_text()
+    block = text[text.index("cp -r examples/nemo_gym_runs/failed /tmp/failed") :]
+    return block[: block.index("```")].strip().splitlines()
+
+
+def _printed(command: str, tmp_path: Path, port: int) -> list[str]:
+    """A printed command's words, its scratch directory and port the test's own."""
+    words = command.replace("/tmp/failed", str(tmp_path / "failed")).replace("8000", str(port)).split()
+    assert words[0].startswith(".venv/bin/")
+    return [str(Path(sys.executable).parent / words[0].removeprefix(".venv/bin/")), *words[1:]]
+
+
+def test_the_examples_resume_works_as_printed_against_the_example_agent(tmp_path: Path) -> None:
+    copy, serve, collect, stop_agent = _resume_commands()
+    assert (copy.split()[:2], stop_agent) == (["cp", "-r"], "kill %1")
+    subprocess.run(["cp", "-r", str(EXAMPLES / "failed"), str(tmp_path / "failed")], check=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    port = free_port()
+    server = subprocess.Popen(
+        _printed(serve.removesuffix(" &"), tmp_path, port),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_listening(port, server)
+        done = subprocess.run(
+            [*_printed(collect, tmp_path, port), "--json"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        stop(server)
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert (figures["attempts"], figures["succeeded"], figures["scored"]) == (3, 3, 3)
+    gated = subprocess.run(
+        [*CLI, "gate", str(tmp_path / "failed"), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    coverage = json.loads(gated.stdout)["coverage"]
+    assert (coverage["scored"], coverage["expected"]) == (4, 4)
+
+
+def test_a_resume_whose_every_attempt_is_refused_exits_1(tmp_path: Path) -> None:
+    _, _, collect, _ = _resume_commands()
+    subprocess.run(["cp", "-r", str(EXAMPLES / "failed"), str(tmp_path / "failed")], check=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    port = free_port()  # nothing listens there
+    done = subprocess.run(
+        [*_printed(collect, tmp_path, port), "--max-attempts", "2"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        f"gym-failures collect: the agent at http://127.0.0.1:{port} could not be reached by any of "
+        "this run's 3 attempts (transport_unreachable 3)"
+    )
+
+
+# --- collect's words for its successes are the gate's ------------------------------------------
+
+
+def test_collect_counts_successes_as_the_gate_does_and_says_what_to_return(
+    tmp_path: Path, agent_url: str
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"mode": "ok"}\n{"mode": "no_reward"}\n{"mode": "masked"}\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    command = [*CLI, "collect", str(tasks), "--agent-url", agent_url, "--output", str(tmp_path / "run.jsonl")]
+    done = subprocess.run([*command, "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert (figures["succeeded"], figures["scored"], figures["masked"], figures["gate_derived"]) == (
+        3,
+        1,
+        1,
+        {"grading_without_verdict": 1},
+    )
+    assert "done · 1 scored · 1 masked · gate-derived: evaluation 1 · failed: none" in done.stderr
+    (hint,) = [line for line in done.stderr.splitlines() if "no measurement" in line]
+    assert hint == (
+        "gym-failures collect: 1 of 3 successes hold no measurement the gate can score "
+        '(grading_without_verdict): return a finite "reward" in the result, or a verdict in '
+        'result["verification"]["verdict"] (docs/agents.md)'
+    )
+    gated = subprocess.run(
+        [*CLI, "gate", str(tmp_path / "run.jsonl"), "--json"], env=env, capture_output=True, text=True
+    )
+    coverage = json.loads(gated.stdout)["coverage"]
+    assert (coverage["scored"], coverage["masked"], coverage["gate_derived_by_kind"]) == (
+        figures["scored"],
+        figures["masked"],
+        figures["gate_derived"],
+    )

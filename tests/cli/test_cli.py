@@ -369,8 +369,8 @@ def test_collect_output_then_gate_sees_every_rollout(tmp_path: Path, agent_url: 
     output = tmp_path / "run" / "rollouts.jsonl"
     _invoke("collect", tasks, "--agent-url", agent_url, "--output", output, "--max-attempts", "2")
     verdict = json.loads(_invoke("gate", tmp_path / "run", "--json").stdout)
-    # The agent's results carry a reward only: no verification, so the gate reads no verdict.
-    assert verdict["coverage"]["gate_derived_by_kind"] == {"grading_without_verdict": 1}
+    # The agent's results carry a finite reward and no verification: the reward is the measurement.
+    assert (verdict["coverage"]["scored"], verdict["coverage"]["gate_derived_by_kind"]) == (1, {})
     assert (verdict["coverage"]["failed"]["evaluation"], verdict["coverage"]["retried_attempts"]) == (1, 1)
 
 

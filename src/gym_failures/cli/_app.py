@@ -163,9 +163,9 @@ def add_command(
     return parser
 
 
-def plural(count: int, noun: str) -> str:
-    """`1 line`, `2 lines`: a count and its noun, agreeing."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """`1 line`, `2 lines`: a count and its noun, agreeing (`nouns` when the plural is not `noun` + s)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {nouns or noun + 's'}"
 
 
 def needs_extra(what: str, extra: str, module: str) -> str:

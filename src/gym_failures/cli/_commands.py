@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from gym_failures.collection import CollectionSummary
     from gym_failures.reporting.explain import RowExplanation
     from gym_failures.reporting.summary import Summary
+    from gym_failures.telemetry import CollectionProgress
 
 __all__ = [
     "COMMANDS",
@@ -93,6 +94,8 @@ GATE_DEFAULTS = {
 }
 """`GateThresholds()`'s defaults, shown in `gate --help` without importing the gate (a test keeps
 them equal)."""
+
+GRADING_WITHOUT_VERDICT_KIND = "grading_without_verdict"
 
 _TRANSPORT_KINDS = frozenset({"transport_unreachable", "transport_timeout", "transport_connection_reset"})
 """Failure kinds that mean no reply came from the agent server."""
@@ -643,6 +646,7 @@ def _run_collect(arguments: argparse.Namespace) -> int:
     from gym_failures.collection import collect as run_collection
     from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED, COLLECTION_RESUME_REFUSED
     from gym_failures.failures import NgFailureEvent
+    from gym_failures.telemetry import CollectionProgress
 
     if arguments.workers is not None and arguments.ray is None:
         raise CommandError("--workers needs --ray")
@@ -667,7 +671,13 @@ def _run_collect(arguments: argparse.Namespace) -> int:
     with contextlib.ExitStack() as running:
         if arguments.metrics_port is not None:
             running.enter_context(metrics_endpoint(arguments.metrics_port, "gym-failures-collect"))
-        on_progress = running.enter_context(live_collection())
+        live = running.enter_context(live_collection())
+        seen: list[CollectionProgress] = []
+
+        def on_progress(progress: CollectionProgress) -> None:
+            seen[:] = [progress]
+            live(progress)
+
         try:
             if arguments.ray is not None:
                 collect_on_ray, ray_join_error = _ray_collector()
@@ -687,14 +697,57 @@ def _run_collect(arguments: argparse.Namespace) -> int:
                 raise
             quoted = (config.output_path, config.lock_path)
             raise CommandError(_flag_words(failure.failure_reason, quoted)) from None
-    figures = {field.name: getattr(summary, field.name) for field in fields(summary) if field.name != "scans"}
+    progress = seen[0] if seen else CollectionProgress()
+    figures: dict[str, Any] = {}
+    for field in fields(summary):
+        if field.name != "scans":
+            figures[field.name] = getattr(summary, field.name)
+        if field.name == "succeeded":
+            figures.update(_outcome_figures(progress))
     if arguments.json_output:
         print_json(json.dumps(figures, indent=2))
     else:
         print_collection(figures, config.output_path, config.failures_path)
+    _say_unmeasured(progress)
     if summary.succeeded == 0 and not _any_success(config.output_path):
         return _no_success(config.failures_path, arguments.agent_url, summary)
+    unreached_only = set(progress.failed_attempts_by_kind) <= _TRANSPORT_KINDS
+    if progress.attempts and unreached_only and not progress.succeeded:
+        # Every attempt of this run reached no agent: the run's earlier successes do not make it a pass.
+        unreached = ", ".join(f"{kind} {count}" for kind, count in progress.failed_attempts_by_kind.items())
+        stderr_line(
+            f"gym-failures collect: the agent at {_safe_url(arguments.agent_url)} could not be reached "
+            f"by any of this run's {plural(progress.attempts, 'attempt')} ({unreached})"
+        )
+        return EXIT_FAILED
     return EXIT_OK
+
+
+def _safe_url(url: str) -> str:
+    from gym_failures.redaction import url_without_secrets
+
+    return url_without_secrets(url)
+
+
+def _outcome_figures(progress: CollectionProgress) -> dict[str, Any]:
+    """This run's successes as the gate counts them (`gym-failures gate`'s words for its counts)."""
+    return {
+        "scored": progress.scored,
+        "of_which_degraded": progress.degraded,
+        "masked": progress.masked,
+        "gate_derived": dict(progress.gate_derived_by_kind),
+    }
+
+
+def _say_unmeasured(progress: CollectionProgress) -> None:
+    """Say once, at the end, when successes hold nothing the gate can score, and what to return."""
+    unmeasured = progress.gate_derived_by_kind.get(GRADING_WITHOUT_VERDICT_KIND, 0)
+    if unmeasured:
+        stderr_line(
+            f"gym-failures collect: {unmeasured} of {plural(progress.succeeded, 'success', 'successes')} "
+            "hold no measurement the gate can score (grading_without_verdict): return a finite "
+            '"reward" in the result, or a verdict in result["verification"]["verdict"] (docs/agents.md)'
+        )
 
 
 def _ray_collector() -> tuple[Any, type[Exception]]:

@@ -382,12 +382,23 @@ def print_verdict(verdict: GateVerdict) -> None:
 # --- collect -----------------------------------------------------------------------------------
 
 
+# The figures whose key alone would mislead: "dispatch errors 0" beside attempts that were all refused.
+_COLLECTION_LABELS = {
+    "dispatch_errors": "collector faults (collection_dispatch_failed)",
+    "succeeded": "succeeded (scored, masked or gate-derived)",
+    "of_which_degraded": "  of which degraded",
+    "gate_derived": "gate-derived",
+}
+
+
 def print_collection(figures: dict[str, Any], output: Path, failures_path: Path) -> None:
     """A collection run's figures, and where its rows are."""
     table = Table(title="Collection", title_justify="left")
     table.add_column("")
     table.add_column("count", justify="right")
     for key, value in figures.items():
-        table.add_row(key.replace("_", " "), str(value))
+        if isinstance(value, dict):
+            value = ", ".join(f"{name} {count}" for name, count in value.items()) or "0"
+        table.add_row(cell(_COLLECTION_LABELS.get(key, key.replace("_", " "))), cell(value))
     stdout().print(table)
     stdout().print(Text(f"rows in {output}, failures in {failures_path}", style="dim"))

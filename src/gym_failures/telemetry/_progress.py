@@ -109,12 +109,15 @@ class CollectionProgress:
     masked: int = 0
     gate_derived: dict[str, int] = field(default_factory=dict)
     """Successes a gate rule names a kind for, by class (`model`, `evaluation`, `unknown`)."""
+    gate_derived_by_kind: dict[str, int] = field(default_factory=dict)
     failed: dict[str, int] = field(default_factory=dict)
     """Rollouts whose final outcome is a failure, by class (`model`, `evaluation`, `unknown`)."""
     attempts: int = 0
     retried: int = 0
     """Failed attempts that will be dispatched again."""
     omitted: int = 0
+    failed_attempts_by_kind: dict[str, int] = field(default_factory=dict)
+    """This run's failed attempts (final or retried) by kind, `(none)` for a failure without one."""
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -155,9 +158,16 @@ class CollectionProgress:
             else:
                 key = outcome.failure_class or "unknown"
                 self.gate_derived[key] = self.gate_derived.get(key, 0) + 1
-        elif outcome.outcome == "omitted":
+                kind = outcome.failure_kind or "(none)"
+                self.gate_derived_by_kind[kind] = self.gate_derived_by_kind.get(kind, 0) + 1
+            return
+        if outcome.outcome == "omitted":
             self.omitted += 1
-        elif outcome.final:
+            return
+        if dispatched:
+            kind = outcome.failure_kind or "(none)"
+            self.failed_attempts_by_kind[kind] = self.failed_attempts_by_kind.get(kind, 0) + 1
+        if outcome.final:
             key = outcome.failure_class or "unknown"
             self.failed[key] = self.failed.get(key, 0) + 1
         else:
