@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -149,7 +150,7 @@ def test_a_success_row_is_counted_as_the_gate_counts_it() -> None:
 def test_the_progress_counts_agree_with_the_gates_coverage() -> None:
     from gym_failures.gate import rollout_coverage
 
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"rollout_id": "0:0", "result": {"reward": 1.0}},
         {"rollout_id": "1:0", "result": {"reward": 1.0}, "failure_kind": "judge_failed"},
         {"rollout_id": "2:0", "result": {"reward": 0.0}, "mask_sample": True},
