@@ -510,7 +510,7 @@ def test_gate_takes_the_expected_count_from_the_manifest_beside_the_rows(tmp_pat
     result = _invoke("gate", _two_of_three(tmp_path))
     assert result.exit_code == 1
     assert "2 of 3 scored" in result.stdout
-    assert "1 rollouts missing (maximum 0)" in result.stdout
+    assert "1 rollout missing (maximum 0)" in result.stdout
     assert "run.manifest.json" in result.stdout
     assert result.stderr == ""
 
@@ -686,3 +686,18 @@ def test_summarize_with_no_failure_rows_draws_no_failure_table(tmp_path: Path) -
     assert result.exit_code == 0
     assert "No failure rows: nothing to group." in result.stdout
     assert "Failures by" not in result.stdout
+
+
+def test_gate_says_what_it_skipped_its_nonzero_parts_only_and_in_agreement(tmp_path: Path) -> None:
+    first = tmp_path / "a.jsonl"
+    second = tmp_path / "b.jsonl"
+    for path in (first, second):
+        write_jsonl(path, [success_row("0:0" if path is first else "1:0")])
+        with path.open("ab") as handle:
+            handle.write(TORN)
+    result = _invoke("gate", first, second, "--expected", "3")
+    assert "warning: the torn last lines of 2 files skipped\n" in result.stderr
+    assert "the torn last lines of 2 files skipped" in result.stdout
+    assert "1 rollout missing (maximum 0)" in result.stdout
+    alone = _invoke("gate", first, "--expected", "1")
+    assert "warning: a torn last line skipped\n" in alone.stderr

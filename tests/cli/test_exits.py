@@ -331,7 +331,7 @@ def test_skipped_lines_are_one_warning_not_one_a_line(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == EXIT_OK
-    assert done.stderr == "warning: 3 invalid lines and 0 torn last lines skipped\n"
+    assert done.stderr == "warning: 3 invalid lines skipped\n"
 
 
 def without_progress(stderr: str) -> str:

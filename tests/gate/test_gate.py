@@ -376,12 +376,12 @@ def test_an_unknown_failure_fails_the_default_gate() -> None:
 
 def test_a_missing_rollout_fails_the_default_gate() -> None:
     verdict = check(_run(scored=100, missing=1))
-    assert verdict.reasons == ["1 rollouts missing (maximum 0)"]
+    assert verdict.reasons == ["1 rollout missing (maximum 0)"]
 
 
 def test_more_outcomes_than_expected_fail_the_gate() -> None:
     coverage = rollout_coverage([success_row("0:0"), success_row("1:0")], expected=1)
-    assert check(coverage).reasons == ["1 more outcomes than the 1 expected"]
+    assert check(coverage).reasons == ["1 more outcome than the 1 expected"]
 
 
 def test_an_empty_run_fails() -> None:

@@ -168,6 +168,19 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {nouns or noun + 's'}"
 
 
+def skipped_text(invalid_lines: int, torn_tails: int, other_rows: int = 0) -> str:
+    """What a reader skipped, its nonzero parts only: "2 invalid lines and the torn last lines of 2
+    files skipped" (a file has one last line), "" when nothing was skipped."""
+    parts = [plural(invalid_lines, "invalid line")] if invalid_lines else []
+    if torn_tails:
+        parts.append("a torn last line" if torn_tails == 1 else f"the torn last lines of {torn_tails} files")
+    if other_rows:
+        parts.append(plural(other_rows, "other row"))
+    if not parts:
+        return ""
+    return f"{', '.join(parts[:-1])} and {parts[-1]} skipped" if len(parts) > 1 else f"{parts[0]} skipped"
+
+
 def needs_extra(what: str, extra: str, module: str) -> str:
     """The one line for a missing extra: `what` (`this command`, `--metrics-port`) needs `extra`
     (`cli`, or `aiohttp,cli` as pip spells several), `module` being the one not installed."""

@@ -55,6 +55,7 @@ from gym_failures.cli._app import (
     require_extra,
     require_file,
     shell_path,
+    skipped_text,
 )
 from gym_failures.cli._serve import add_serve
 from gym_failures.cli._text import print_json, stderr_line
@@ -446,11 +447,7 @@ def _run_gate(arguments: argparse.Namespace) -> int:
             raise CommandError(f"no rollout rows in {names}, and no manifest says how many were expected")
         _warn(f"no rollout rows in {names}")
     if coverage.invalid_lines or coverage.torn_tails:
-        invalid, torn = (
-            plural(coverage.invalid_lines, "invalid line"),
-            plural(coverage.torn_tails, "torn last line"),
-        )
-        _warn(f"{invalid} and {torn} skipped")
+        _warn(skipped_text(coverage.invalid_lines, coverage.torn_tails))
     verdict = acceptance.check(coverage, thresholds)
     for warning in verdict.warnings:
         _warn(warning)

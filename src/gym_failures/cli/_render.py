@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from gym_failures.cli._app import plural
+from gym_failures.cli._app import plural, skipped_text
 from gym_failures.cli._text import clean as _clean
 from gym_failures.failure_kinds import FailureClass
 
@@ -363,12 +363,7 @@ def print_verdict(verdict: GateVerdict) -> None:
         console.print(by_kind)
     notes = [f"{plural(coverage.retried_attempts, 'retried attempt')} (not outcomes)"]
     if coverage.invalid_lines or coverage.torn_tails or coverage.other_rows:
-        skipped = (
-            plural(coverage.invalid_lines, "invalid line"),
-            plural(coverage.torn_tails, "torn last line"),
-            plural(coverage.other_rows, "other row"),
-        )
-        notes.append(f"{', '.join(skipped)} skipped")
+        notes.append(skipped_text(coverage.invalid_lines, coverage.torn_tails, coverage.other_rows))
     console.print(Text("; ".join(notes), style="dim"))
     console.print(Text(coverage.line, style="bold"))
     if verdict.passed:
