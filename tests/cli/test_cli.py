@@ -180,6 +180,32 @@ def test_explain_shows_the_cause_tree_with_ids_and_boundaries(tmp_path: Path) ->
         assert f"id={event_id}" in output
 
 
+def test_explain_takes_a_rows_label_as_printed(run_dir: Path) -> None:
+    label = next(
+        line.split()[0]
+        for line in _invoke("explain", run_dir, "--rollout", "4:0").stdout.splitlines()
+        if ":" in line
+    )
+    assert label.endswith("out_failures.jsonl:1")
+    by_label = _invoke("explain", label)
+    assert by_label.exit_code == 0
+    assert by_label.stdout == _invoke("explain", label.rpartition(":")[0], "--line", "1").stdout
+    assert "rollout 4:0 · attempt 1" in by_label.stdout
+
+
+def test_explain_line_of_a_directory_names_the_files_to_ask(run_dir: Path) -> None:
+    result = _invoke("explain", run_dir, "--line", "3")
+    assert result.exit_code == 2
+    assert "--line numbers the lines of one file, not of a directory: try " in result.stderr
+    assert f"{run_dir / 'out_failures.jsonl'}:3" in result.stderr
+
+
+def test_explain_without_a_row_says_how_to_name_one(run_dir: Path) -> None:
+    result = _invoke("explain", run_dir)
+    assert result.exit_code == 2
+    assert "name a row: --line N (or FILE:N, as the labels print it) or --rollout ID" in result.stderr
+
+
 def test_explain_lists_events_outside_the_failure_chain_as_observations(tmp_path: Path) -> None:
     row = failure_row(context_limit(), "0:0")
     row = FailureReportRow.merged_into(row, oom_chain().failure_report())

@@ -57,14 +57,16 @@ EXIT_BROKEN_PIPE = 141
 """The output's reader closed the pipe (`| head`), as shells report SIGPIPE; nothing is printed."""
 
 EXIT_STATUS_HELP = """exit status:
-  0    done (gate: the run passed)
-  1    done, and the answer is no: the gate failed; explain found no such row;
-       collect: no rollout of the run succeeded (its resumed rows included)
+  0    done; gate: the run passed
+  1    done, and the answer is no: gate failed the run; explain found no such
+       row; no rollout of collect's run succeeded (resumed rows included), or
+       it could not reach the agent
   2    nothing done: a bad option, a missing or unreadable path, input without
-       rows or tasks, a busy port, an extra that is not installed (one line on
-       stderr says which)
+       rollout rows or tasks, a busy port, an extra that is not installed; one
+       line on stderr says which
   130  interrupted
-  141  the output's reader closed the pipe (| head)"""
+  141  the output's reader closed the pipe (| head); nothing printed"""
+"""The statuses as the README's table words them (tests/cli/test_exits.py compares the two)."""
 
 METRICS_MODULES = ("prometheus_client", "opentelemetry.sdk", "opentelemetry.exporter.prometheus")
 """What `--metrics-port` needs: the `prometheus` extra's modules (`require_extra`)."""

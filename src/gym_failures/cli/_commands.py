@@ -351,13 +351,13 @@ def add_explain(commands: Subcommands) -> None:
         extra="cli",
     )
     _paths_argument(parser)
-    which = parser.add_mutually_exclusive_group(required=True)
+    which = parser.add_mutually_exclusive_group()
     which.add_argument(
         "--line",
         type=_at_least(1),
         metavar="N",
         help="the row on line N of the one file given (1-based, every line counted, as editors and "
-        "`grep -n` number them)",
+        "`grep -n` number them); `explain FILE:N` is the same, as the cause trees' labels print it",
     )
     which.add_argument("--rollout", metavar="ID", help="every row of rollout ID, by attempt")
     _json_option(parser)
@@ -366,9 +366,15 @@ def add_explain(commands: Subcommands) -> None:
 def _run_explain(arguments: argparse.Namespace) -> int:
     from gym_failures.reporting.explain import line_row, rollout_rows
 
+    if arguments.line is None and arguments.rollout is None:
+        arguments.paths, arguments.line = _labelled_line(arguments.paths)
     files = row_inputs(arguments.paths, run_failures=arguments.line is None)
     if arguments.line is not None:
-        if len(arguments.paths) != 1 or arguments.paths[0].is_dir():
+        if len(arguments.paths) == 1 and arguments.paths[0].is_dir():
+            # Lines are numbered per file: name the file, as the labels `FILE:N` do.
+            names = " or ".join(f"{path}:{arguments.line}" for path in files[:2])
+            raise CommandError(f"--line numbers the lines of one file, not of a directory: try {names}")
+        if len(arguments.paths) != 1:
             raise CommandError("--line needs exactly one file")
         found = line_row(files[0], arguments.line)
         explanations = [] if found is None else [found]
@@ -389,6 +395,16 @@ def _run_explain(arguments: argparse.Namespace) -> int:
         stderr_line(f"gym-failures explain: {missing}")
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _labelled_line(paths: list[Path]) -> tuple[list[Path], int]:
+    """`FILE:N`, as the cause trees' labels print a row, read as FILE and `--line N`."""
+    import re
+
+    label = re.fullmatch(r"(.+):([1-9][0-9]*)", str(paths[0])) if len(paths) == 1 else None
+    if label is None or paths[0].exists() or not Path(label.group(1)).is_file():
+        raise CommandError("name a row: --line N (or FILE:N, as the labels print it) or --rollout ID")
+    return [Path(label.group(1))], int(label.group(2))
 
 
 # --- gate --------------------------------------------------------------------------------------
