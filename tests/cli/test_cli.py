@@ -727,3 +727,30 @@ def test_gate_says_what_it_skipped_its_nonzero_parts_only_and_in_agreement(tmp_p
     assert "1 rollout missing (maximum 0)" in result.stdout
     alone = _invoke("gate", first, "--expected", "1")
     assert "warning: a torn last line skipped\n" in alone.stderr
+
+
+def test_collect_output_with_a_trailing_slash_is_a_new_run_directory(tmp_path: Path, agent_url: str) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"mode": "ok"}])
+    result = _invoke("collect", tasks, "--agent-url", agent_url, "--output", f"{tmp_path / 'newdir'}/")
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "newdir" / "rollouts.jsonl").is_file()
+    assert not (tmp_path / "newdir.jsonl").exists()
+    assert _invoke("gate", tmp_path / "newdir").exit_code == 0
+
+
+def test_an_episode_failure_in_a_200_is_no_http_status_failure(tmp_path: Path, agent_url: str) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"mode": "terminal"}, {"mode": "raise"}])
+    output = tmp_path / "run" / "rollouts.jsonl"
+    _invoke("collect", tasks, "--agent-url", agent_url, "--output", output, "--max-attempts", "1")
+    rows = [
+        json.loads(line) for line in (tmp_path / "run" / "rollouts_failures.jsonl").read_text().splitlines()
+    ]
+    episode = next(row for row in rows if row["rollout_id"] == "0:0")
+    raised = next(row for row in rows if row["rollout_id"] == "1:0")
+    # NeMo Gym's `_ng_failure_http_status` is a failed /run reply's status: a 200 is no failed reply.
+    assert "_ng_failure_http_status" not in episode
+    assert raised["_ng_failure_http_status"] == 500
+    summary = json.loads(_invoke("summarize", tmp_path / "run", "--json").stdout)
+    statuses = {group["value"] for group in summary["by_http_status"]}
+    assert 200 not in statuses
+    assert None in statuses  # the episode failure names no status

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -497,7 +498,7 @@ def add_collect(commands: Subcommands) -> None:
     parser.add_argument(
         "--output",
         required=True,
-        type=Path,
+        type=_output_argument,
         metavar="OUTPUT",
         help="the success rows' file, OUTPUT.jsonl (`.jsonl` is added when missing), or a run "
         "directory (the rows file its manifest names)",
@@ -547,6 +548,16 @@ def add_collect(commands: Subcommands) -> None:
     )
     add_metrics_option(parser)
     _json_option(parser)
+
+
+def _output_argument(text: str) -> Path:
+    """`--output` as a path; `newdir/` (a trailing slash, no such directory yet) is a run directory to
+    make, its rows `newdir/rollouts.jsonl` (as the collector names a directory's rows), never
+    `newdir.jsonl` beside it."""
+    path = Path(text)
+    if text.endswith(("/", os.sep)) and not path.exists():
+        return path / "rollouts.jsonl"
+    return path
 
 
 def _output_path(output: Path) -> Path:
