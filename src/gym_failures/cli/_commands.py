@@ -660,12 +660,10 @@ def _run_collect(arguments: argparse.Namespace) -> int:
     if arguments.metrics_port is not None:
         require_extra("--metrics-port", "prometheus", METRICS_MODULES)
     import asyncio
-    from dataclasses import fields
 
     from pydantic import ValidationError
 
     from gym_failures.cli._live import live_collection, metrics_endpoint
-    from gym_failures.cli._render import print_collection
     from gym_failures.collection import CollectionConfig
     from gym_failures.collection import collect as run_collection
     from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED, COLLECTION_RESUME_REFUSED
@@ -721,7 +719,18 @@ def _run_collect(arguments: argparse.Namespace) -> int:
                 raise
             quoted = (config.output_path, config.lock_path)
             raise CommandError(_flag_words(failure.failure_reason, quoted)) from None
-    progress = seen[0] if seen else CollectionProgress()
+    return _collect_result(summary, seen[0] if seen else CollectionProgress(), config, arguments)
+
+
+def _collect_result(
+    summary: CollectionSummary, progress: CollectionProgress, config: Any, arguments: argparse.Namespace
+) -> int:
+    """Print a finished collection's figures (its successes in the gate's words) and give its exit
+    status: 1 when the run's rows hold no success, or when no attempt of this run reached the agent."""
+    from dataclasses import fields
+
+    from gym_failures.cli._render import print_collection
+
     figures: dict[str, Any] = {}
     for field in fields(summary):
         if field.name != "scans":

@@ -95,7 +95,7 @@ _GATE_KIND_STAGE: dict[str, FailureStage] = {
 }
 
 
-def _gate_kind_class(kind: str, config: failure_kinds.FailureClassificationConfig | None = None) -> str:
+def gate_kind_class(kind: str, config: failure_kinds.FailureClassificationConfig | None = None) -> str:
     """The responsibility class of a gate-derived kind (`classify_failure` with the stage it arises in)."""
     return classify_failure(kind, _GATE_KIND_STAGE.get(kind), config=config).value
 
@@ -264,7 +264,7 @@ def _outcome(
             return _Outcome(1, _attempt(row), "masked")
         kind = derive_gate_kind(row, rules)
         if kind is not None:
-            return _Outcome(1, _attempt(row), "gate", kind, _gate_kind_class(kind, config))
+            return _Outcome(1, _attempt(row), "gate", kind, gate_kind_class(kind, config))
         if not has_verdict(row):
             return _Outcome(1, _attempt(row), "unscored")
         return _Outcome(1, _attempt(row), "scored", degraded=degraded_kind(row))

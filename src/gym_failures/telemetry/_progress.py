@@ -52,8 +52,7 @@ class RolloutOutcome:
 def _success_outcome(row: Mapping[str, Any]) -> RolloutOutcome:
     """A success row's outcome, as the gate's default rules count it."""
     # Imported here: the gate's modules are loaded only once a success row is counted.
-    from gym_failures.gate._answers import derive_gate_kind
-    from gym_failures.gate._coverage import _gate_kind_class
+    from gym_failures.gate import derive_gate_kind, gate_kind_class
     from gym_failures.nemo_gym import degraded_kind
     from gym_failures.rows import normalized
 
@@ -62,7 +61,7 @@ def _success_outcome(row: Mapping[str, Any]) -> RolloutOutcome:
         return RolloutOutcome("masked", final=True)
     kind = derive_gate_kind(read)
     if kind is not None:
-        return RolloutOutcome("gate_derived", True, failure_class=_gate_kind_class(kind), failure_kind=kind)
+        return RolloutOutcome("gate_derived", True, failure_class=gate_kind_class(kind), failure_kind=kind)
     return RolloutOutcome("scored", final=True, degraded=degraded_kind(read) is not None)
 
 
