@@ -22,13 +22,23 @@ def _blocks(language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```$", PAGE, flags=re.M | re.S)
 
 
+def _fastapi_agent() -> str:
+    (agent,) = [block for block in _blocks("python") if "FastAPI()" in block]
+    return agent
+
+
+def _small_agent() -> str:
+    (agent,) = [block for block in _blocks("python") if "agent_app(run)" in block]
+    return agent
+
+
 def test_the_pages_agent_is_the_example_file() -> None:
-    (agent,) = _blocks("python")
+    agent = _fastapi_agent()
     assert agent == (ROOT / "examples" / "own_agent" / "agent.py").read_text()
 
 
 def test_the_pages_agent_is_collected_and_gated_as_scored(tmp_path: Path) -> None:
-    (agent,) = _blocks("python")
+    agent = _fastapi_agent()
     (tmp_path / "agent.py").write_text(agent)
     tasks = tmp_path / "tasks.jsonl"
     # The page's own task lines, made as its shell loop makes them.
@@ -83,6 +93,46 @@ def test_the_pages_agent_is_collected_and_gated_as_scored(tmp_path: Path) -> Non
         assert "environment_prepare_failed" in failed.stderr
     finally:
         stop(server)
+
+
+def test_the_pages_small_agent_is_collected_and_gated_as_scored(tmp_path: Path) -> None:
+    (tmp_path / "small_agent.py").write_text(_small_agent())
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(
+            json.dumps({"responses_create_params": {"input": f"What is {i} + 2?"}, "expected": str(i + 2)})
+            + "\n"
+            for i in range(1, 11)
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "small_agent:app", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_listening(port, server)
+        url = f"http://127.0.0.1:{port}"
+        collected = subprocess.run(
+            [*CLI, "collect", str(tasks), "--agent-url", url, "--output", "run/rollouts.jsonl"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert collected.returncode == 0, collected.stderr
+        assert "collecting: 10/10 done · 10 scored · failed: none · 0 retried" in collected.stderr
+    finally:
+        stop(server)
+    gated = subprocess.run(
+        [*CLI, "gate", "run"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert (gated.returncode, "10 of 10 scored" in gated.stdout) == (0, True)
 
 
 def test_the_pages_example_rows_are_counted_as_it_says() -> None:
