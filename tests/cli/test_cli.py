@@ -754,3 +754,20 @@ def test_an_episode_failure_in_a_200_is_no_http_status_failure(tmp_path: Path, a
     statuses = {group["value"] for group in summary["by_http_status"]}
     assert 200 not in statuses
     assert None in statuses  # the episode failure names no status
+
+
+def test_explain_and_the_html_read_a_plain_503s_kind_by_its_status(tmp_path: Path) -> None:
+    from gym_failures.failures import AgentFailure, ModelFailure
+    from tests.saved_rows import raised
+
+    # What `raise_boundary_failure` saves for a model server's 503 without a report: the default kind.
+    plain = ModelFailure(failure_kind="model_request_error", failure_reason="answered 503", http_status=503)
+    failure = raised(AgentFailure(failure_kind="agent_run_error", failure_reason="no answer"), plain)
+    path = write_jsonl(tmp_path / "rollouts_failures.jsonl", [failure_row(failure, "0:0")])
+    shown = _invoke("explain", f"{path}:1").stdout
+    (line,) = [line for line in shown.splitlines() if "model_request_error" in line]
+    assert "http=503" in line
+    assert "(read as model_server_error)" in line
+    page = tmp_path / "report.html"
+    _invoke("summarize", path, "--html", page)
+    assert "(read as model_server_error)" in page.read_text()

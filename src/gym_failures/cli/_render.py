@@ -8,7 +8,7 @@ interpreted), cleaned by `gym_failures.cli._text.clean` (no terminal control cha
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -213,6 +213,9 @@ def _event_label(node: EventNode, prefix: str) -> Text:
     for name, key in (("stage", "stage"), ("http", "http_status"), ("operation", "operation")):
         if key in event:
             label.append(f"  {name}={_clean(event[key])}")
+    reading = status_reading(event)
+    if reading is not None:
+        label.append(f"  (read as {_clean(reading)})", style="dim")
     label.append(f"  id={_clean(event.get('event_id'))}", style="dim")
     if event.get("failure_reason"):
         label.append(f"\n{_clean(event['failure_reason'])}", style="italic")
@@ -220,6 +223,19 @@ def _event_label(node: EventNode, prefix: str) -> Text:
     if isinstance(foreign, dict):
         label.append(f"\nforeign error: {_clean(foreign.get('exception_type'))}", style="dim")
     return label
+
+
+def status_reading(event: Mapping[str, Any]) -> str | None:
+    """The kind an HTTP-shaped kind reads as with its status (`reporting_failure_kind`: a model
+    server's plain 503 saved as `model_request_error` reads as `model_server_error`), when that
+    differs from the kind saved; the event itself is never changed."""
+    from gym_failures.failure_kinds import reporting_failure_kind
+
+    kind = event.get("failure_kind")
+    if not isinstance(kind, str):
+        return None
+    reading = reporting_failure_kind(kind, event.get("http_status"))
+    return reading if reading is not None and reading != kind else None
 
 
 # Each level of a tree indents by four columns: past this depth a terminal shows nothing readable, so

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from html import escape
 from typing import TYPE_CHECKING
 
+from gym_failures.failure_kinds import reporting_failure_kind
+
 if TYPE_CHECKING:  # only annotations need them: rendering a summary does not load duckdb
     from gym_failures.gate import Coverage, GateVerdict
     from gym_failures.reporting.explain import EventNode, RowExplanation
@@ -273,6 +275,11 @@ def _event_item(node: EventNode, prefix: str) -> str:
     for name, key in (("stage", "stage"), ("http", "http_status"), ("operation", "operation")):
         if key in event:
             parts.append(f" {name}={escape(_label(event[key]))}")
+    kind = event.get("failure_kind")
+    reading = reporting_failure_kind(kind, event.get("http_status")) if isinstance(kind, str) else None
+    if reading is not None and reading != kind:
+        # As `gym-failures explain` shows it: the kind its status reads as, the event unchanged.
+        parts.append(f' <span class="dim">(read as {escape(_label(reading))})</span>')
     parts.append(f' <span class="dim">id={escape(_label(event.get("event_id")))}</span>')
     if event.get("failure_reason"):
         parts.append(f'<span class="reason">{escape(str(event["failure_reason"]))}</span>')
