@@ -259,3 +259,89 @@ def test_collect_counts_successes_as_the_gate_does_and_says_what_to_return(
         figures["masked"],
         figures["gate_derived"],
     )
+
+
+# --- the agent with a model, against `gym-failures serve model` --------------------------------
+
+
+def _model_commands() -> list[str]:
+    (block,) = [block for block in _blocks("console") if "serve model" in block]
+    return block.strip().splitlines()
+
+
+def _words(
+    command: str, tmp_path: Path, model_port: int, agent_port: int
+) -> tuple[dict[str, str], list[str]]:
+    """A printed command as the test runs it: its leading VAR=value words as environment, the
+    program from this venv, the ports and paths the test's own."""
+    command = command.removesuffix(" &").replace("9000", str(model_port)).replace("8000", str(agent_port))
+    command = command.replace("tasks.jsonl", str(tmp_path / "tasks.jsonl"))
+    command = command.replace("model_run", str(tmp_path / "model_run"))
+    words = command.split()
+    env = {}
+    while "=" in words[0]:
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
+    program = {"gym-failures": [*CLI], "uvicorn": [sys.executable, "-m", "uvicorn"]}[words[0]]
+    return env, [*program, *words[1:]]
+
+
+def _model_run(
+    tmp_path: Path, fault_plan: dict[str, object] | None
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    serve, agent, collect, gate = _model_commands()
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(
+            json.dumps({"responses_create_params": {"input": f"What is {i} + 2?"}, "expected": str(i + 2)})
+            + "\n"
+            for i in range(5)
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    model_port, agent_port = free_port(), free_port()
+    servers = []
+    try:
+        for command in (serve, agent):
+            extra, words = _words(command, tmp_path, model_port, agent_port)
+            if fault_plan is not None and "serve" in words:
+                plan = tmp_path / "plan.json"
+                plan.write_text(json.dumps(fault_plan))
+                words += ["--fault-plan", str(plan)]
+            servers.append(
+                subprocess.Popen(
+                    words,
+                    cwd=ROOT,
+                    env={**env, **extra},
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        wait_listening(model_port, servers[0])
+        wait_listening(agent_port, servers[1])
+        _, words = _words(collect, tmp_path, model_port, agent_port)
+        collected = subprocess.run(
+            [*words, "--max-attempts", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
+    finally:
+        for server in servers:
+            stop(server)
+    _, words = _words(gate, tmp_path, model_port, agent_port)
+    gated = subprocess.run([*words, "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    return collected, gated.stdout
+
+
+def test_the_model_agent_is_collected_as_printed_against_serve_model(tmp_path: Path) -> None:
+    collected, gated = _model_run(tmp_path, None)
+    assert collected.returncode == 0, collected.stderr
+    assert "collecting: 5/5 done · 5 scored · failed: none" in collected.stderr
+    assert json.loads(gated)["coverage"]["scored"] == 5
+
+
+def test_a_model_servers_503s_are_the_model_servers_failures_not_rewards_of_0(tmp_path: Path) -> None:
+    collected, gated = _model_run(tmp_path, {"rates": {"server_503": 1.0}, "retry_after_s": 0})
+    assert collected.returncode == 1
+    coverage = json.loads(gated)["coverage"]
+    assert (coverage["scored"], coverage["failed"]["evaluation"]) == (0, 5)
+    # The endpoint's 503 names its failure (the provider overloaded), which the row keeps.
+    assert coverage["failed_by_kind"] == {"provider_unavailable": 5}
