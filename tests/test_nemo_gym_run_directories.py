@@ -95,7 +95,7 @@ def test_the_gate_counts_against_the_materialized_inputs(tmp_path: Path) -> None
     assert coverage.failed == {"model": 0, "evaluation": 1, "unknown": 0}, "skipped is evaluation-side"
     assert (coverage.missing, coverage.left_no_row, coverage.missing_rollouts) == (1, 1, ["4:0"])
     verdict = check(coverage, GateThresholds(min_scored_share=0.0, max_evaluation_share=1.0))
-    assert verdict.reasons == ["1 rollouts missing (maximum 0); 1 of them left no row at all"]
+    assert verdict.reasons == ["1 rollout missing (maximum 0); it left no row at all"]
 
 
 def test_a_run_whose_workers_were_killed_fails_the_gate(tmp_path: Path) -> None:
