@@ -340,6 +340,23 @@ def _html_report(summary: Summary, files: Sequence[Path]) -> str:
 # --- explain -----------------------------------------------------------------------------------
 
 
+def _no_row_of_rollout(files: Sequence[Path], rollout: str) -> str:
+    """Why `explain --rollout` found no row of `rollout`: one the materialized inputs beside `files`
+    owe left no row at all (killed or drained, as `gate` counts it), which a resume dispatches; any
+    other is in none of `files`."""
+    from gym_failures.nemo_gym import inventory_paths, read_inventory
+    from gym_failures.rows import rollout_id
+
+    inventories = inventory_paths(files)
+    if inventories and rollout in {rollout_id(*key) for key in read_inventory(inventories).keys}:
+        names = ", ".join(str(path) for path in inventories)
+        return (
+            f"rollout {rollout!r} is owed by the materialized inputs ({names}) and left no row at all "
+            "(killed or drained): a resume dispatches it"
+        )
+    return f"no row of rollout {rollout!r} in {', '.join(str(path) for path in files)}"
+
+
 def add_explain(commands: Subcommands) -> None:
     parser = add_command(
         commands,
@@ -382,7 +399,7 @@ def _run_explain(arguments: argparse.Namespace) -> int:
         missing = f"{files[0]} has no line {arguments.line}"
     else:
         explanations = rollout_rows(files, arguments.rollout)
-        missing = f"no row of rollout {arguments.rollout!r} in {', '.join(str(path) for path in files)}"
+        missing = _no_row_of_rollout(files, arguments.rollout)
     if arguments.json_output:
         # json.dumps, not pydantic's serializer: a saved row may hold a lone surrogate ("\ud800"), which
         # pydantic refuses to encode and JSON writes as an escape.
