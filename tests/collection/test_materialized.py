@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import logging
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gym_failures.collection import CollectionConfig, Collector, RowWriter, collect, read_rows
-from gym_failures.collection._run import PendingRollout
+from gym_failures.collection._run import PendingRollout, _success_fields
 from gym_failures.materialized import (
     LINES,
     NEMO_GYM,
@@ -29,6 +30,7 @@ from gym_failures.materialized import (
     task_of,
     write_materialized,
 )
+from gym_failures.nemo_gym import ROW_OWN_KEYS
 from gym_failures.rows import TaskScan, normalized
 from tests.saved_rows import success_row
 
@@ -556,3 +558,62 @@ async def test_a_result_without_a_reward_is_saved_without_one(tmp_path: Path, ag
     read = {row["rollout_id"]: row for row in read_rows(config.output_path)}
     assert read["0:0"]["result"] == {"answer": "x"}
     assert "reward" not in normalized(saved["0:0"])
+
+
+async def test_a_results_own_metrics_are_copied_where_nemo_gym_averages_them(
+    tmp_path: Path, agent_url: str
+) -> None:
+    result = {
+        "reward": 1.0,
+        "accuracy": 1,
+        "passed": True,
+        "score": 0.25,
+        "answer": "a",
+        "details": {"f1": 0.5},
+        "_private": 3,
+        "attempt": 7,
+        "rollout_id": "9:9",
+        "agent_name": 2,
+    }
+    config = _config(tmp_path, agent_url, [{"mode": "result", "result": result}])
+    await collect(config)
+    (saved,) = _raw(config.output_path)
+    assert {key: saved[key] for key in ("accuracy", "passed", "score")} == {
+        "accuracy": 1,
+        "passed": True,
+        "score": 0.25,
+    }
+    assert saved["result"] == result, "the result itself, whole"
+    assert not {"answer", "details", "_private", "agent_name", "attempt"} & set(saved)
+    assert saved["rollout_id"] == "0:0"
+    (read,) = read_rows(config.output_path)
+    assert (read["attempt"], read["rollout_id"], read["result"]) == (1, "0:0", result)
+
+
+_RESULT_KEY = st.sampled_from(
+    ["reward", "accuracy", "response", "rollout_id", "attempt", "agent_ref", "result", "failure", "_ng_x"]
+) | st.text(max_size=3)
+_RESULT_VALUE = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=2)
+_BASE = {"rollout_id": "0:0", "_ng_task_index": 0, "_ng_rollout_index": 0}
+
+
+@settings(max_examples=200, deadline=None)
+@given(result=st.dictionaries(_RESULT_KEY, _RESULT_VALUE, max_size=6))
+def test_a_success_row_reads_back_its_result_whatever_keys_it_has(result: dict[str, Any]) -> None:
+    fields = _success_fields(result)
+    row = {**_BASE, **fields}
+    lifted = {"result", "reward", "response", "mask_sample", "failure_kind", "failure_reason"}
+    copied = set(fields) - lifted
+    assert not copied & (ROW_OWN_KEYS | set(_BASE)), "a row's own key is never a copy"
+    assert all(not key.startswith("_") and row[key] is result[key] for key in copied)
+    assert all(type(row[key]) in (bool, int, float) and math.isfinite(row[key]) for key in copied)
+    read = normalized(row)
+    assert (read["rollout_id"], read["task_index"], read["attempt"]) == ("0:0", 0, 1)
+    assert dict(map(_nan, read["result"].items())) == dict(map(_nan, result.items()))
+    assert ("reward" in row) == ("reward" in result)
+
+
+def _nan(item: tuple[str, Any]) -> tuple[str, Any]:
+    """NaN is no value equal to itself: compared as its text."""
+    key, value = item
+    return key, "nan" if isinstance(value, float) and value != value else value

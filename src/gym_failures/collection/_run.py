@@ -593,7 +593,8 @@ _RESULT_KEYS_AT_TOP = ("mask_sample", "failure_kind", "failure_reason")
 
 def _success_fields(result: dict[str, Any]) -> dict[str, Any]:
     """A success row's outcome keys: `result`, with `reward` beside it and `response` moved beside it,
-    where NeMo Gym reads them (`gym_failures.nemo_gym`; the response is large and saved once). A result
+    where NeMo Gym reads them (`gym_failures.nemo_gym`; the response is large and saved once), and
+    copies of the result's metrics where NeMo Gym averages them (`nemo_gym.result_metrics`). A result
     without a reward has no `reward` key: NeMo Gym scores one that is there, even null, as 0
     (`nemo_gym/rollout_collection.py:2757`)."""
     kept = dict(result)
@@ -603,7 +604,7 @@ def _success_fields(result: dict[str, Any]) -> dict[str, Any]:
     for key in _RESULT_KEYS_AT_TOP:
         if key in kept:
             fields[key] = kept[key]
-    return {"result": kept, **fields}
+    return {"result": kept, **nemo_gym.result_metrics(kept), **fields}
 
 
 @dataclass(frozen=True)
