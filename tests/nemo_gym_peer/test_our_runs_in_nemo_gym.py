@@ -90,52 +90,6 @@ def _keep_first_attempts(path: Path, drop_last: bool) -> None:
     path.write_bytes(b"".join(kept[:-1] if drop_last else kept))
 
 
-def _fresh_run(root: Path, agent_url: str) -> CollectionConfig:
-    """Our run at NeMo Gym's budget (3), killed after the first attempts: its retried rollouts are open
-    at their second attempt, one at its first."""
-    config = CollectionConfig(
-        input_path=_write_tasks(root / "fresh-input" / "tasks.jsonl", TASKS),
-        output_path=root / "fresh" / "rollouts.jsonl",
-        agent_url=agent_url,
-        num_repeats=2,
-        max_attempts=3,
-        agent_name=AGENT,
-    )
-    asyncio.run(collect(config))
-    _keep_first_attempts(config.output_path, drop_last=False)
-    _keep_first_attempts(config.failures_path, drop_last=True)
-    return config
-
-
-def _old_run(root: Path, agent_url: str) -> CollectionConfig:
-    """A run a gym-failures collector before issue 19 saved (line numbers, rows in the old form, no
-    materialized inputs), then resumed by ours, which writes them with the run's own numbering."""
-    tasks = [_task(0, "ok"), _task(0, "ok"), _task(1, "ok")]
-    config = CollectionConfig(
-        input_path=_write_tasks(root / "old-input" / "tasks.jsonl", tasks),
-        output_path=root / "old" / "rollouts.jsonl",
-        agent_url=agent_url,
-        max_attempts=3,
-        agent_name=AGENT,
-    )
-    config.output_path.parent.mkdir(parents=True)
-    # As that collector saved it: the contract keys at the top level, NeMo Gym's indices beside them.
-    old = {**success_row("1:0"), "_ng_task_index": 1, "_ng_rollout_index": 0}
-    config.output_path.write_text(json.dumps(old) + "\n")
-    manifest = {
-        "version": 2,
-        "input_sha256": hashlib.sha256(config.input_path.read_bytes()).hexdigest(),
-        "num_repeats": 1,
-        "expected_rollouts": 3,
-    }
-    config.manifest_path.write_text(json.dumps(manifest))
-    asyncio.run(collect(config))
-    # Killed as it wrote its last row: that rollout is still open.
-    lines = config.output_path.read_bytes().splitlines(keepends=True)
-    config.output_path.write_bytes(b"".join(lines[:-1]))
-    return config
-
-
 def _line(task: dict[str, Any]) -> bytes:
     return json.dumps(task).encode()
 
@@ -233,6 +187,52 @@ def _interop_runs(tmp_path_factory: pytest.TempPathFactory, agent_url: str) -> I
 def interop(runs: Any, _interop_runs: Interop) -> Interop:
     """The interop runs, with what NeMo Gym made of them (reported by the `runs` fixture's peer run)."""
     return _interop_runs
+
+
+def _fresh_run(root: Path, agent_url: str) -> CollectionConfig:
+    """Our run at NeMo Gym's budget (3), killed after the first attempts: its retried rollouts are open
+    at their second attempt, one at its first."""
+    config = CollectionConfig(
+        input_path=_write_tasks(root / "fresh-input" / "tasks.jsonl", TASKS),
+        output_path=root / "fresh" / "rollouts.jsonl",
+        agent_url=agent_url,
+        num_repeats=2,
+        max_attempts=3,
+        agent_name=AGENT,
+    )
+    asyncio.run(collect(config))
+    _keep_first_attempts(config.output_path, drop_last=False)
+    _keep_first_attempts(config.failures_path, drop_last=True)
+    return config
+
+
+def _old_run(root: Path, agent_url: str) -> CollectionConfig:
+    """A run a gym-failures collector before issue 19 saved (line numbers, rows in the old form, no
+    materialized inputs), then resumed by ours, which writes them with the run's own numbering."""
+    tasks = [_task(0, "ok"), _task(0, "ok"), _task(1, "ok")]
+    config = CollectionConfig(
+        input_path=_write_tasks(root / "old-input" / "tasks.jsonl", tasks),
+        output_path=root / "old" / "rollouts.jsonl",
+        agent_url=agent_url,
+        max_attempts=3,
+        agent_name=AGENT,
+    )
+    config.output_path.parent.mkdir(parents=True)
+    # As that collector saved it: the contract keys at the top level, NeMo Gym's indices beside them.
+    old = {**success_row("1:0"), "_ng_task_index": 1, "_ng_rollout_index": 0}
+    config.output_path.write_text(json.dumps(old) + "\n")
+    manifest = {
+        "version": 2,
+        "input_sha256": hashlib.sha256(config.input_path.read_bytes()).hexdigest(),
+        "num_repeats": 1,
+        "expected_rollouts": 3,
+    }
+    config.manifest_path.write_text(json.dumps(manifest))
+    asyncio.run(collect(config))
+    # Killed as it wrote its last row: that rollout is still open.
+    lines = config.output_path.read_bytes().splitlines(keepends=True)
+    config.output_path.write_bytes(b"".join(lines[:-1]))
+    return config
 
 
 @pytest.fixture(scope="module")
