@@ -13,15 +13,23 @@ are in input order, each line's rollouts together (NeMo Gym's order without `int
 
 Task numbering (`NEMO_GYM`, NeMo Gym's, `:2160`): a row's own `_ng_task_index` is kept; otherwise
 lines of identical text share one index, and a new text takes the next (the count of distinct texts
-so far). A line's text is compared with its line terminator, `\\r\\n` read as `\\n`, as NeMo Gym reads
-the file in text mode (so an unterminated last line is a text of its own). A task's rollouts are
-numbered from 0 across all its lines: a line that appears twice gives its task `2 * num_repeats`
-rollouts. `LINES` is the numbering of runs saved before issue 19: a task's index is its 0-based line
-number, every line counted.
+so far). Lines are split and compared as NeMo Gym reads the file, in text mode with universal
+newlines (`_preprocess_rows_from_config`, `:1989`): `\\n`, `\\r\\n` and a lone `\\r` each end a line, and
+a line's text is compared with its terminator read as `\\n` (so an unterminated last line is a text of
+its own). A task's rollouts are numbered from 0 across all its lines: a line that appears twice
+gives its task `2 * num_repeats` rollouts. `LINES` is the numbering of runs saved before issue 19: a
+task's index is its 0-based line number, every line counted, lines split on `\\n` only (as that
+collector split them).
 
 Where NeMo Gym stops on a bad line (a blank line, a line that is not a JSON object), gym-failures
 skips it and counts it (`TaskScan`), as it always has; a row whose own `_ng_task_index` is no
-integer is skipped and counted the same way (it could name no rollout of ours).
+integer is skipped and counted the same way (it could name no rollout of ours). So is a line that
+Python's `json` reads but NeMo Gym's orjson refuses (`loads_jsonl_line`, `:3632`; and its resume reads
+the materialized inputs with orjson, `_load_from_cache`, `:2249`): a line that is no UTF-8 text (a
+byte order mark, another encoding, an encoded surrogate), `NaN`, `Infinity` or a number that overflows
+to it, a lone surrogate escape, nesting deeper than orjson's 1024 levels. (An integer beyond 64 bits
+orjson reads as a float: it is kept.) Every line written
+into the materialized inputs is one orjson parses.
 
 The task sent to the agent is the row as written, less the keys materialization adds or decides
 (`agent_ref`, `_ng_task_index`, `_ng_rollout_index`: the rollout's routing and identity, which the
@@ -32,7 +40,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -50,8 +60,10 @@ __all__ = [
     "MaterializedRollout",
     "MaterializedScan",
     "Numbering",
+    "count_tasks",
     "materialize",
     "materialized_path",
+    "orjson_safe",
     "read_materialized",
     "task_of",
     "write_materialized",
@@ -102,25 +114,87 @@ def task_of(row: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in row.items() if key not in _STAMPS}
 
 
-def _task_lines(path: Path, scan: TaskScan) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
-    """Every task line of the JSONL input `path`: its 0-based line number, its text as NeMo Gym
-    compares it (terminator included, `\\r\\n` as `\\n`) and its row; blank and invalid lines counted."""
+_ORJSON_MAX_DEPTH: Final = 1024
+"""The deepest nesting orjson parses (arrays and objects, the line's own object counted)."""
+
+_UNIVERSAL_LINE: Final = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+"""One line as text mode's universal newlines split it: its text and its terminator, if any."""
+
+
+def _lines(path: Path, numbering: Numbering) -> Iterator[bytes]:
+    """The lines of `path` with their terminators: split as NeMo Gym's text mode splits them
+    (`\\n`, `\\r\\n` or a lone `\\r`), or on `\\n` only for `LINES`."""
     with path.open("rb") as handle:
-        for number, line in enumerate(handle):
-            if not line.strip():
-                scan.blank_lines += 1
-                continue
+        for line in handle:
+            if numbering == LINES:
+                yield line
+            else:
+                # A binary line ends at `\\n` (or the end of the file): a `\\r\\n` is never cut in two.
+                yield from _UNIVERSAL_LINE.findall(line)
+
+
+def orjson_safe(value: object) -> bool:
+    """Whether `value`, read by Python's `json`, is one orjson reads too: no `NaN` or infinite float,
+    no string or key with a lone surrogate, nesting no deeper than orjson's limit."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return False
+        elif isinstance(item, str):
             try:
-                task = json.loads(line)
-            except (ValueError, RecursionError):
-                task = None
-            if not isinstance(task, dict):
-                scan.invalid_lines.append(number)
-                _LOGGER.warning("%s:%d: a task line that is not a JSON object, skipped", path, number + 1)
-                continue
-            scan.tasks += 1
-            text = line[:-2] + b"\n" if line.endswith(b"\r\n") else line
-            yield number, text, task
+                item.encode()
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict | list):
+            if depth > _ORJSON_MAX_DEPTH:
+                return False
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+def _task_lines(
+    path: Path, scan: TaskScan, numbering: Numbering = NEMO_GYM
+) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+    """Every task line of the JSONL input `path`: its 0-based line number, its text as NeMo Gym
+    compares it (terminator read as `\\n`) and its row; blank and invalid lines counted."""
+    for number, line in enumerate(_lines(path, numbering)):
+        if not line.strip():
+            scan.blank_lines += 1
+            continue
+        try:
+            text = line.decode()  # as NeMo Gym reads it: UTF-8 text, no byte order mark (then orjson)
+        except UnicodeDecodeError:
+            text = None
+        try:
+            task = json.loads(line if text is None else text)
+        except (ValueError, RecursionError):
+            task = None
+        if not isinstance(task, dict):
+            scan.invalid_lines.append(number)
+            _LOGGER.warning("%s:%d: a task line that is not a JSON object, skipped", path, number + 1)
+            continue
+        if text is None or not orjson_safe(task):
+            scan.invalid_lines.append(number)
+            _LOGGER.warning(
+                "%s:%d: a task line NeMo Gym cannot read (not UTF-8, NaN, Infinity or a lone surrogate), "
+                "skipped",
+                path,
+                number + 1,
+            )
+            continue
+        scan.tasks += 1
+        body = line.rstrip(b"\r\n")
+        yield number, body + b"\n" if len(body) < len(line) else line, task
+
+
+def count_tasks(path: Path, numbering: Numbering, scan: TaskScan) -> None:
+    """Count the task, blank and invalid lines of the input `path` in `scan`, lines split as
+    `numbering` splits them (the input of a run resumed from its materialized inputs)."""
+    for _ in _task_lines(path, scan, numbering):
+        pass
 
 
 def materialize(
@@ -133,7 +207,7 @@ def materialize(
     by_text: dict[bytes, int] = {}
     next_rollout: Counter[int] = Counter()
     rollouts: list[MaterializedRollout] = []
-    for number, text, task in _task_lines(path, scan):
+    for number, text, task in _task_lines(path, scan, numbering):
         if numbering == LINES:
             task_index = number
         elif _TASK_INDEX in task:

@@ -47,7 +47,11 @@ contract keys win). JSON `null` counts as absent everywhere, as DuckDB reads it
 Writing (`success_keys`, `failure_keys`): every row gym-failures writes also carries the NeMo Gym keys
 (see docs/rows.md for the table): the indices, `_ng_attempt_index` from the second attempt on,
 `agent_ref` (never `_ng_environment_server`: the collector sends to an agent, through no environment
-server, so that stamp would be untrue; `gym_failures.collection`), and on
+server, so that stamp would be untrue; `gym_failures.collection`), on a success row the result's own
+metrics (`result_metrics`: copies of its numeric and boolean keys, which NeMo Gym's aggregation
+averages at a row's top level, `nemo_gym/reward_profile.py:417` and `nemo_gym/rollout_collection.py:2744`,
+as in its own flat rows; `result` stays the result, and a key that is the row's own or starts with `_`
+is not copied: `ROW_OWN_KEYS`), and on
 a failure row `_ng_failure_class`, `_ng_failure_terminal`, `_ng_failure_message`, `_ng_failure_stage`,
 `_ng_failure_type`, `_ng_failure_http_status` and `_ng_failure_response_body`.
 """
@@ -56,6 +60,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -94,6 +99,7 @@ __all__ = [
     "REASON_KEYS",
     "ROLLOUT_ID",
     "ROLLOUT_INDEX",
+    "ROW_OWN_KEYS",
     "TASK_ID",
     "TASK_INDEX",
     "Inventory",
@@ -108,6 +114,7 @@ __all__ = [
     "read_inventory",
     "read_nemo_gym",
     "reported_failure",
+    "result_metrics",
     "success_keys",
 ]
 
@@ -481,6 +488,34 @@ def success_keys(
     if agent_name is not None:
         keys[AGENT_REF] = {"name": agent_name}
     return keys
+
+
+ROW_OWN_KEYS: frozenset[str] = CONTRACT_KEYS | {
+    "rollout_id",
+    AGENT_REF,
+    "reward",
+    "response",
+    "mask_sample",
+    "failure_kind",
+    "failure_reason",
+    "agent_name",
+}
+"""Keys a success row has of its own (or NeMo Gym's aggregation uses itself: `agent_name`, its group
+column, `nemo_gym/reward_profile.py:412`): a result's key of that name is never copied to the top."""
+
+
+def result_metrics(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The result's own metrics, copied to the top level of its success row where NeMo Gym's
+    aggregation reads them (see the module docstring): each key whose value is a finite number or a
+    boolean, not starting with `_` and not one of `ROW_OWN_KEYS`."""
+    return {
+        key: value
+        for key, value in result.items()
+        if isinstance(key, str)
+        and not key.startswith("_")
+        and key not in ROW_OWN_KEYS
+        and (isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)))
+    }
 
 
 def failure_keys(

@@ -16,10 +16,13 @@ saved under where NeMo Gym does not take them for measurements: `gym_failures.ro
   `_ng_failure_events_omitted`), present when anything was observed.
 
 A success row (in `<output>.jsonl`) adds `result` (the agent's result object), `reward` (copied
-from `result["reward"]`) and `response` (moved out of `result` to the top level, where NeMo Gym reads
-it; `normalized` puts it back). A failure row (in `<output>_failures.jsonl`) adds `failure` (the
-`EpisodeFailure`), `final` (no attempt will follow) and `final_reason` (`terminal` or
-`attempt_budget_exhausted`, `null` while retries remain); it never has a `reward`.
+from `result["reward"]`; absent when the result has none) and `response` (moved out of `result` to the
+top level, where NeMo Gym reads it; `normalized` puts it back), and copies of the result's numeric
+metrics where NeMo Gym averages them (`gym_failures.nemo_gym.result_metrics`; `result` stays the
+result, and a key that is the row's own is never copied). A failure row (in
+`<output>_failures.jsonl`) adds `failure` (the `EpisodeFailure`), `final` (no attempt will follow) and
+`final_reason` (`terminal` or `attempt_budget_exhausted`, `null` while retries remain); it never has a
+`reward`.
 A row with neither `result` nor `failure` (a record a tool wrote beside the rollouts) is no outcome of
 any rollout (`is_rollout_row`): readers skip or count it apart.
 

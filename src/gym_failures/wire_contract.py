@@ -71,7 +71,10 @@ class SuccessRow(_RowBase):
     """A row of `<output>.jsonl`: one attempt that ended in a result."""
 
     result: dict[str, Any] = Field(description="The agent's result, without its `response`.")
-    reward: Any = Field(description="`result`'s reward, where NeMo Gym reads it.")
+    reward: Any = Field(
+        default=None,
+        description="`result`'s reward, where NeMo Gym reads it; absent when the result has none.",
+    )
     response: Any = Field(default=None, description="The policy's response, moved out of `result`.")
     mask_sample: bool | None = Field(default=None, description="A complete result not to be trained on.")
 

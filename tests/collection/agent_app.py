@@ -59,6 +59,9 @@ async def run(request: Request) -> Response:
         raise ModelFailure(failure_kind="model_server_error", failure_reason="upstream 503", http_status=503)
     if mode == "garbage":
         return JSONResponse({"reward": 0.0})
+    if mode == "result":
+        # The result the task names, as it is: one without a reward, one with metrics of its own.
+        return JSONResponse({"result": task["result"]})
     if mode == "echo":
         # The task as the agent received it, for tests of what the collector sends.
         return JSONResponse(BaseEpisodeResponse(result={"reward": 1.0, "task": task}).model_dump(mode="json"))

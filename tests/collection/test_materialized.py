@@ -4,28 +4,33 @@ bookkeeping NeMo Gym does not average, `agent_ref` on every row; and NeMo Gym's 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
+import math
 import shutil
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gym_failures.collection import CollectionConfig, Collector, RowWriter, collect, read_rows
-from gym_failures.collection._run import PendingRollout
+from gym_failures.collection._run import PendingRollout, _success_fields
 from gym_failures.materialized import (
     LINES,
     NEMO_GYM,
     MaterializedScan,
     materialize,
     materialized_path,
+    orjson_safe,
     read_materialized,
     task_of,
     write_materialized,
 )
+from gym_failures.nemo_gym import ROW_OWN_KEYS
 from gym_failures.rows import TaskScan, normalized
 from tests.saved_rows import success_row
 
@@ -219,6 +224,7 @@ async def test_a_resumed_run_keeps_the_agent_its_materialized_inputs_name(
     row = {"mode": "ok", "agent_ref": {"name": "simple_agent"}, "_ng_task_index": 0, "_ng_rollout_index": 0}
     config.materialized_path.parent.mkdir(parents=True)
     config.materialized_path.write_text(json.dumps(row) + "\n")
+    config.output_path.write_text("")  # a resume: the rows file is there, as NeMo Gym's resume needs
     with caplog.at_level(logging.WARNING, "gym_failures.collection"):
         await collect(config.model_copy(update={"agent_name": "other"}))
     (saved,) = _raw(config.output_path)
@@ -360,3 +366,254 @@ def test_materialized_inputs_read_back_as_written(
     if numbering == NEMO_GYM:
         distinct = list(dict.fromkeys(json.dumps(task) for task in tasks))
         assert {r.task_index for r in rollouts} == set(range(len(distinct)))
+
+
+# --- A fresh run, its input and what NeMo Gym reads of it ------------------------------------------
+
+
+async def test_a_fresh_run_replaces_leftover_materialized_inputs_with_its_input_and_says_so(
+    tmp_path: Path, agent_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No rows, sidecar or manifest: a fresh run, whose tasks are its input's (NeMo Gym's rule,
+    `nemo_gym/rollout_collection.py:2385`), not those of a materialized file left from another run."""
+    config = _config(tmp_path, agent_url, [{"mode": "echo", "id": "new"}])
+    stale = {"mode": "echo", "id": "old", "agent_ref": {"name": "agent"}, "_ng_task_index": 7}
+    config.materialized_path.parent.mkdir(parents=True)
+    config.materialized_path.write_text(json.dumps({**stale, "_ng_rollout_index": 0}) + "\n")
+    with caplog.at_level(logging.INFO, "gym_failures.collection"):
+        summary = await collect(config)
+    assert _materialized_keys(config) == [(0, 0)]
+    assert [row["id"] for row in _raw(config.materialized_path)] == ["new"]
+    (row,) = read_rows(config.output_path)
+    assert (row["rollout_id"], row["result"]["task"]["id"]) == ("0:0", "new")
+    assert (summary.tasks, summary.expected, summary.succeeded) == (1, 1, 1)
+    replaced = [record for record in caplog.records if "leftover materialized inputs" in record.message]
+    assert len(replaced) == 1, "one log line says the leftover file was replaced"
+    # Its resume is a resume: the materialized inputs (now the input's) are its inventory.
+    assert (await collect(config)).already_done == 1
+
+
+@pytest.mark.parametrize("left", ["rows", "sidecar", "manifest"])
+async def test_a_resume_keeps_its_materialized_inputs_whichever_run_file_is_there(
+    tmp_path: Path, agent_url: str, left: str
+) -> None:
+    config = _config(tmp_path, agent_url, [{"mode": "ok"}], force_resume=True)
+    row = {"mode": "ok", "agent_ref": {"name": "agent"}, "_ng_task_index": 4, "_ng_rollout_index": 0}
+    config.materialized_path.parent.mkdir(parents=True)
+    config.materialized_path.write_text(json.dumps(row) + "\n")
+    path = {"rows": config.output_path, "sidecar": config.failures_path, "manifest": config.manifest_path}
+    if left == "manifest":
+        identity = {"input_sha256": hashlib.sha256(config.input_path.read_bytes()).hexdigest()}
+        path[left].write_text(json.dumps({"version": 3, **identity, "num_repeats": 1}))
+    else:
+        path[left].write_text("")
+    await collect(config)
+    assert [row["rollout_id"] for row in read_rows(config.output_path)] == ["4:0"]
+
+
+_NOT_FOR_ORJSON = [
+    b'{"q": NaN}',
+    b'{"q": Infinity}',
+    b'{"q": -Infinity}',
+    b'{"q": 1e400}',  # overflows to infinity
+    b'{"q": "\\ud800"}',  # a lone surrogate escape
+    b'{"\\udfff": 1}',
+    b'{"q": "\xed\xa0\x80"}',  # a surrogate encoded in the bytes
+    b'\xef\xbb\xbf{"q": 1}',  # a byte order mark
+    b'{\x00"\x00q\x00"\x00:\x001\x00}\x00',  # UTF-16
+]
+
+
+@pytest.mark.parametrize("line", _NOT_FOR_ORJSON)
+def test_a_task_line_nemo_gyms_orjson_refuses_is_counted_invalid(tmp_path: Path, line: bytes) -> None:
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(line)
+    source = tmp_path / "tasks.jsonl"
+    source.write_bytes(b'{"q": 0}\n' + line + b'\n{"q": 2}\n')
+    scan = TaskScan(source)
+    rollouts = materialize(source, 1, "agent", NEMO_GYM, scan)
+    assert [task_of(rollout.row) for rollout in rollouts] == [{"q": 0}, {"q": 2}]
+    assert (scan.tasks, scan.invalid_lines) == (2, [1])
+
+
+def test_nesting_is_taken_to_orjsons_limit_and_refused_beyond_it() -> None:
+    def nested(depth: int) -> object:
+        value: object = 0
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    assert orjson_safe(nested(1024))
+    assert isinstance(orjson.loads("[" * 1024 + "]" * 1024), list)
+    assert not orjson_safe(nested(1025))
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads("[" * 1025 + "]" * 1025)
+
+
+_SCALAR = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()  # NaN and the infinities included
+    | st.text(st.characters(codec=None), max_size=4)  # lone surrogates included
+)
+_VALUE = st.recursive(
+    _SCALAR,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def _json_line(value: object, ascii_only: bool) -> bytes:
+    return json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+
+
+_TASK_LINE = st.one_of(
+    st.builds(
+        _json_line,
+        st.dictionaries(st.text(st.characters(codec=None), max_size=3), _VALUE, max_size=3),
+        st.booleans(),
+    ),
+    st.binary(max_size=12),
+    st.sampled_from(_NOT_FOR_ORJSON),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(_TASK_LINE, max_size=6))
+def test_every_line_written_into_the_materialized_inputs_is_one_orjson_reads_and_none_it_reads_is_lost(
+    tmp_path_factory: pytest.TempPathFactory, lines: list[bytes]
+) -> None:
+    directory = tmp_path_factory.mktemp("m")
+    source = directory / "tasks.jsonl"
+    lines = [line.replace(b"\n", b" ").replace(b"\r", b" ") for line in lines]
+    source.write_bytes(b"".join(line + b"\n" for line in lines))
+    scan = TaskScan(source)
+    rollouts = materialize(source, 1, "agent", NEMO_GYM, scan)
+    path = materialized_path(directory / "rollouts.jsonl")
+    write_materialized(path, rollouts)
+    written = path.read_bytes().splitlines()
+    assert [orjson.loads(line) for line in written] == [json.loads(line) for line in written]
+    read_by_orjson = []
+    for line in lines:
+        try:
+            read_by_orjson.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            continue
+    kept = [row for row in read_by_orjson if isinstance(row, dict)]
+    assert [task_of(rollout.row) for rollout in rollouts] == [task_of(row) for row in kept]
+    assert scan.tasks == len(kept)
+    assert scan.tasks + scan.blank_lines + len(scan.invalid_lines) == len(lines)
+
+
+_TERMINATOR = st.sampled_from([b"\n", b"\r\n", b"\r"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    tasks=st.lists(st.sampled_from([b'{"q": 0}', b'{"q": 1}', b'{"q":0}', b"", b"x"]), max_size=8),
+    ends=st.lists(_TERMINATOR, min_size=8, max_size=8),
+    last=st.sampled_from([b"", b"\n", b"\r", b"\r\n"]),
+)
+def test_tasks_are_numbered_on_lines_as_text_mode_splits_them(
+    tmp_path_factory: pytest.TempPathFactory, tasks: list[bytes], ends: list[bytes], last: bytes
+) -> None:
+    """NeMo Gym reads its input in text mode (universal newlines): `\\n`, `\\r\\n` and a lone `\\r`
+    end a line, each read as `\\n`; an unterminated last line is a text of its own."""
+    content = b"".join(task + end for task, end in zip(tasks, ends, strict=False))
+    content = content[: -len(ends[len(tasks) - 1])] + last if tasks else content
+    source = tmp_path_factory.mktemp("m") / "tasks.jsonl"
+    source.write_bytes(content)
+    with io.TextIOWrapper(io.BytesIO(content), encoding="utf-8") as text:
+        lines = list(text)  # what `open(path)` gives NeMo Gym: universal newlines
+    first_index: dict[str, int] = {}
+    expected = []
+    for text_line in lines:
+        if text_line.strip() and text_line.strip() != "x":
+            expected.append(first_index.setdefault(text_line, len(first_index)))
+    scan = TaskScan(source)
+    rollouts = materialize(source, 1, "agent", NEMO_GYM, scan)
+    assert [rollout.task_index for rollout in rollouts] == expected
+    assert scan.tasks + scan.blank_lines + len(scan.invalid_lines) == len(lines)
+    # Runs saved before issue 19 keep their numbering: their line numbers, lines split on `\\n` only.
+    old = materialize(source, 1, "agent", LINES, TaskScan(source))
+    numbers = []
+    for number, line in enumerate(io.BytesIO(content)):
+        try:
+            numbers += [number] if isinstance(json.loads(line), dict) else []
+        except ValueError:
+            continue
+    assert [rollout.task_index for rollout in old] == numbers
+
+
+async def test_a_result_without_a_reward_is_saved_without_one(tmp_path: Path, agent_url: str) -> None:
+    """NeMo Gym's live progress scores a result that has a `reward` key, even null, as 0
+    (`nemo_gym/rollout_collection.py:2757`): a result without one is saved without one."""
+    tasks = [{"mode": "result", "result": {"answer": "x"}}, {"mode": "result", "result": {"reward": None}}]
+    config = _config(tmp_path, agent_url, tasks)
+    await collect(config)
+    saved = {row["rollout_id"]: row for row in _raw(config.output_path)}
+    assert "reward" not in saved["0:0"]
+    assert saved["1:0"]["reward"] is None, "a reward the agent gave as null is kept as given"
+    read = {row["rollout_id"]: row for row in read_rows(config.output_path)}
+    assert read["0:0"]["result"] == {"answer": "x"}
+    assert "reward" not in normalized(saved["0:0"])
+
+
+async def test_a_results_own_metrics_are_copied_where_nemo_gym_averages_them(
+    tmp_path: Path, agent_url: str
+) -> None:
+    result = {
+        "reward": 1.0,
+        "accuracy": 1,
+        "passed": True,
+        "score": 0.25,
+        "answer": "a",
+        "details": {"f1": 0.5},
+        "_private": 3,
+        "attempt": 7,
+        "rollout_id": "9:9",
+        "agent_name": 2,
+    }
+    config = _config(tmp_path, agent_url, [{"mode": "result", "result": result}])
+    await collect(config)
+    (saved,) = _raw(config.output_path)
+    assert {key: saved[key] for key in ("accuracy", "passed", "score")} == {
+        "accuracy": 1,
+        "passed": True,
+        "score": 0.25,
+    }
+    assert saved["result"] == result, "the result itself, whole"
+    assert not {"answer", "details", "_private", "agent_name", "attempt"} & set(saved)
+    assert saved["rollout_id"] == "0:0"
+    (read,) = read_rows(config.output_path)
+    assert (read["attempt"], read["rollout_id"], read["result"]) == (1, "0:0", result)
+
+
+_RESULT_KEY = st.sampled_from(
+    ["reward", "accuracy", "response", "rollout_id", "attempt", "agent_ref", "result", "failure", "_ng_x"]
+) | st.text(max_size=3)
+_RESULT_VALUE = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=2)
+_BASE = {"rollout_id": "0:0", "_ng_task_index": 0, "_ng_rollout_index": 0}
+
+
+@settings(max_examples=200, deadline=None)
+@given(result=st.dictionaries(_RESULT_KEY, _RESULT_VALUE, max_size=6))
+def test_a_success_row_reads_back_its_result_whatever_keys_it_has(result: dict[str, Any]) -> None:
+    fields = _success_fields(result)
+    row = {**_BASE, **fields}
+    lifted = {"result", "reward", "response", "mask_sample", "failure_kind", "failure_reason"}
+    copied = set(fields) - lifted
+    assert not copied & (ROW_OWN_KEYS | set(_BASE)), "a row's own key is never a copy"
+    assert all(not key.startswith("_") and row[key] is result[key] for key in copied)
+    assert all(type(row[key]) in (bool, int, float) and math.isfinite(row[key]) for key in copied)
+    read = normalized(row)
+    assert (read["rollout_id"], read["task_index"], read["attempt"]) == ("0:0", 0, 1)
+    assert dict(map(_nan, read["result"].items())) == dict(map(_nan, result.items()))
+    assert ("reward" in row) == ("reward" in result)
+
+
+def _nan(item: tuple[str, Any]) -> tuple[str, Any]:
+    """NaN is no value equal to itself: compared as its text."""
+    key, value = item
+    return key, "nan" if isinstance(value, float) and value != value else value

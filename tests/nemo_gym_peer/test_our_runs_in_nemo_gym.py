@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from gym_failures.collection import CollectionConfig, collect, read_rows
-from gym_failures.materialized import materialized_path
+from gym_failures.materialized import NEMO_GYM, materialize, materialized_path
+from gym_failures.rows import TaskScan
 from tests.nemo_gym_peer.peer_process import run_peer
 from tests.saved_rows import success_row
 
@@ -89,6 +90,105 @@ def _keep_first_attempts(path: Path, drop_last: bool) -> None:
     path.write_bytes(b"".join(kept[:-1] if drop_last else kept))
 
 
+def _line(task: dict[str, Any]) -> bytes:
+    return json.dumps(task).encode()
+
+
+_A, _B = _line(_task(0, "ok")), _line(_task(1, "ok"))
+
+
+def _result_task(number: int, result: dict[str, Any]) -> dict[str, Any]:
+    return _task(number, "result", result=result)
+
+
+READ_AS_NEMO_GYM_READS = {
+    # Every terminator text mode knows, and an unterminated last line (a text of its own).
+    "line_ends": _A + b"\r" + _B + b"\r\n" + _A + b"\n" + _A + b"\r\n" + _B + b"\r" + _A,
+    # Lines Python's json reads and NeMo Gym's orjson refuses, between lines both read.
+    "unreadable": b"\n".join(
+        [
+            _A,
+            _A.replace(b'"ok"', b'"ok", "x": NaN'),
+            _B,
+            _A.replace(b'"ok"', b'"ok", "x": Infinity'),
+            _A.replace(b'"ok"', b'"ok", "x": -1e400'),
+            _A.replace(b'"ok"', b'"ok", "x": "\\ud800"'),
+            _A.replace(b'"mode"', b'"\\udfff": 1, "mode"'),
+            b"\xef\xbb\xbf" + _A,
+            _A.replace(b'"ok"', b'"ok", "x": ' + b"[" * 1025 + b"]" * 1025),
+            _line(_task(2, "ok")),
+        ]
+    )
+    + b"\n",
+    # Results with metrics of their own, one without a reward, one with keys a row has itself.
+    "result_metrics": b"".join(
+        _line(task) + b"\n"
+        for task in [
+            _result_task(0, {"reward": 1.0, "accuracy": 1, "answer": "a"}),
+            _result_task(1, {"reward": 0.0, "accuracy": 0}),
+            _result_task(2, {"accuracy": 1, "answer": "no reward"}),
+            _result_task(
+                3,
+                {
+                    "reward": 1.0,
+                    "accuracy": 0,
+                    "rollout_id": "9:9",
+                    "agent_ref": {"name": "other"},
+                    "_ng_task_index": 99,
+                    "_gf_final": False,
+                    "failure": "theirs",
+                    "result": 5,
+                },
+            ),
+        ]
+    ),
+}
+"""Inputs collected by us whose run directories NeMo Gym's own readers and aggregation are given."""
+
+
+@dataclass
+class Interop:
+    configs: dict[str, CollectionConfig]
+    found: dict[str, dict[str, Any]]
+    """What the peer reported of each run (filled by the `runs` fixture's one peer run)."""
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": name,
+                "run_dir": str(config.output_path.parent),
+                "input": str(config.input_path),
+                "agent_name": AGENT,
+                "num_repeats": config.num_repeats,
+            }
+            for name, config in self.configs.items()
+        ]
+
+
+@pytest.fixture(scope="module")
+def _interop_runs(tmp_path_factory: pytest.TempPathFactory, agent_url: str) -> Interop:
+    root = tmp_path_factory.mktemp("interop-runs")
+    configs = {}
+    for name, content in READ_AS_NEMO_GYM_READS.items():
+        (root / f"{name}-input").mkdir()
+        (root / f"{name}-input" / "tasks.jsonl").write_bytes(content)
+        config = CollectionConfig(
+            input_path=root / f"{name}-input" / "tasks.jsonl",
+            output_path=root / name / "rollouts.jsonl",
+            agent_url=agent_url,
+            agent_name=AGENT,
+        )
+        asyncio.run(collect(config))
+        configs[name] = config
+    return Interop(configs, {})
+
+
+@pytest.fixture(scope="module")
+def interop(runs: Any, _interop_runs: Interop) -> Interop:
+    """The interop runs, with what NeMo Gym made of them (reported by the `runs` fixture's peer run)."""
+    return _interop_runs
+
+
 def _fresh_run(root: Path, agent_url: str) -> CollectionConfig:
     """Our run at NeMo Gym's budget (3), killed after the first attempts: its retried rollouts are open
     at their second attempt, one at its first."""
@@ -136,7 +236,9 @@ def _old_run(root: Path, agent_url: str) -> CollectionConfig:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, agent_url: str) -> dict[str, tuple[Run, dict[str, Any]]]:
+def runs(
+    tmp_path_factory: pytest.TempPathFactory, agent_url: str, _interop_runs: Interop
+) -> dict[str, tuple[Run, dict[str, Any]]]:
     root = tmp_path_factory.mktemp("our-runs")
     made = {"fresh": _fresh_run(root, agent_url), "old": _old_run(root, agent_url)}
     planned = {name: _our_plan(config) for name, config in made.items()}
@@ -150,8 +252,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory, agent_url: str) -> dict[str, 
         }
         for name, config in made.items()
     ]
-    (root / "jobs.json").write_text(json.dumps(jobs))
+    (root / "jobs.json").write_text(json.dumps(jobs + _interop_runs.jobs()))
     found = run_peer("our_runs", str(root / "jobs.json"), cwd=root)
+    _interop_runs.found.update({name: found[name] for name in _interop_runs.configs})
     return {name: (Run(config, planned[name]), found[name]) for name, config in made.items()}
 
 
@@ -205,3 +308,56 @@ def test_rows_saved_before_issue_19_still_gave_nemo_gym_bookkeeping_metrics(
     _, nemo_gym = runs["old"]
     names = {metric.split("/", 1)[-1] for metric in nemo_gym["result_metrics"]}
     assert {"attempt", "task_index"} <= names
+
+
+# --- Inputs NeMo Gym reads its own way, results with metrics of their own ---------------------------
+
+
+def _materialized(config: CollectionConfig) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in materialized_path(config.output_path).read_bytes().splitlines()]
+
+
+def test_tasks_are_numbered_on_the_lines_nemo_gym_reads(interop: Interop) -> None:
+    """NeMo Gym reads its input in text mode (`_preprocess_rows_from_config`,
+    nemo_gym/rollout_collection.py:1989): a lone `\\r` ends a line as `\\n` and `\\r\\n` do."""
+    config, nemo_gym = interop.configs["line_ends"], interop.found["line_ends"]
+    assert nemo_gym["input_lines_read"] == [True] * 6, "six lines, as text mode splits them"
+    assert _materialized(config) == nemo_gym["fresh_materialized"]
+    keys = [(row["_ng_task_index"], row["_ng_rollout_index"]) for row in _materialized(config)]
+    assert keys == [(0, 0), (1, 0), (0, 1), (0, 2), (1, 1), (2, 0)], "an unterminated last line: its own"
+
+
+def test_task_lines_nemo_gym_cannot_read_are_the_ones_we_count_invalid(interop: Interop) -> None:
+    config, nemo_gym = interop.configs["unreadable"], interop.found["unreadable"]
+    scan = TaskScan(config.input_path)
+    materialize(config.input_path, 1, AGENT, NEMO_GYM, scan)
+    refused = [number for number, read in enumerate(nemo_gym["input_lines_read"]) if not read]
+    assert refused == scan.invalid_lines == [1, 3, 4, 5, 6, 7, 8]
+    assert "Malformed JSON" in nemo_gym["fresh_error"], "NeMo Gym itself stops at the first of them"
+    # Our run of the others is one NeMo Gym's resume reads (with orjson) and finds complete.
+    assert nemo_gym["materialized_lines_read"] == len(_materialized(config)) == 3
+    assert nemo_gym["resumes"]
+    assert (nemo_gym["planned"], nemo_gym["kept_results"]) == ([], 3)
+
+
+def test_nemo_gyms_aggregation_averages_the_agents_own_result_metrics(interop: Interop) -> None:
+    """NeMo Gym averages a row's numeric top-level keys (`compute_aggregate_metrics`,
+    nemo_gym/reward_profile.py:417): an agent's result metric is one of them, as in its own flat rows."""
+    nemo_gym = interop.found["result_metrics"]
+    means = nemo_gym["result_means"]
+    assert means["mean/accuracy"] == 0.5
+    assert means["mean/reward"] == pytest.approx(2 / 3), "the result without a reward is not a zero"
+    names = {name.split("/", 1)[1] for name in means}
+    assert not names & {"result", "failure", "rollout_id", "answer"}, "a row's own keys stay its own"
+    assert nemo_gym["groups"] == [AGENT], "a result's agent_ref is not the row's"
+    assert (nemo_gym["planned"], nemo_gym["kept_results"]) == ([], 4)
+
+
+def test_a_result_whose_keys_are_a_rows_own_reads_back_as_the_agent_gave_it(interop: Interop) -> None:
+    config = interop.configs["result_metrics"]
+    rows = {row["rollout_id"]: row for row in read_rows(config.output_path)}
+    assert set(rows) == {"0:0", "1:0", "2:0", "3:0"}
+    given = json.loads(config.input_path.read_bytes().splitlines()[3])["result"]
+    assert rows["3:0"]["result"] == given
+    assert (rows["3:0"]["task_index"], rows["3:0"]["agent_ref"]) == (3, {"name": AGENT})
+    assert "failure" not in rows["3:0"], "a success, whatever its result names"

@@ -140,6 +140,7 @@ from gym_failures.materialized import (
     MaterializedRollout,
     MaterializedScan,
     Numbering,
+    count_tasks,
     materialize,
     materialized_path,
     read_materialized,
@@ -159,7 +160,6 @@ from gym_failures.rows import (
     is_rollout_row,
     manifest_path,
     read_rows,
-    read_tasks,
     repair_torn_tail,
     rollout_id,
     run_rows_file,
@@ -476,16 +476,22 @@ def _write_manifest(config: CollectionConfig, manifest: _Manifest, expected: int
 def _inventory(
     config: CollectionConfig, manifest: _Manifest, summary: CollectionSummary
 ) -> list[MaterializedRollout]:
-    """Every rollout of the run: its materialized inputs when they exist (NeMo Gym's run or ours: the
-    inventory and numbering, kept as they are, unless a resume was forced against another input);
-    else the input numbered as the manifest's version numbers it and materialized, before the first
-    dispatch, so that NeMo Gym's resume takes the run as its own."""
+    """Every rollout of the run: on a resume (rows, sidecar or manifest there), its materialized
+    inputs when they exist (NeMo Gym's run or ours: the inventory and numbering, kept as they are,
+    unless a resume was forced against another input); else the input numbered as the manifest's
+    version numbers it and materialized, before the first dispatch, so that NeMo Gym's resume takes
+    the run as its own. A fresh run replaces a leftover materialized file, as NeMo Gym's does
+    (`nemo_gym/rollout_collection.py:2385`): its tasks are the input's, not the file's."""
     scan = TaskScan(config.input_path)
     path = config.materialized_path
     numbering = _NUMBERING[manifest.version]
-    if path.exists() and not manifest.forced:
-        for _ in read_tasks(config.input_path, scan):
-            pass  # counted only: the inventory is the materialized one
+    resuming = any(
+        found.exists() for found in (config.output_path, config.failures_path, config.manifest_path)
+    )
+    if path.exists() and not resuming:
+        LOGGER.info("%s: a fresh run: leftover materialized inputs replaced from %s", path, config.input_path)
+    if path.exists() and resuming and not manifest.forced:
+        count_tasks(config.input_path, numbering, scan)  # counted only: the inventory is the materialized one
         materialized_scan = MaterializedScan(path)
         rollouts = read_materialized(path, materialized_scan)
         summary.invalid_materialized_lines = len(materialized_scan.invalid_lines)
@@ -587,15 +593,18 @@ _RESULT_KEYS_AT_TOP = ("mask_sample", "failure_kind", "failure_reason")
 
 def _success_fields(result: dict[str, Any]) -> dict[str, Any]:
     """A success row's outcome keys: `result`, with `reward` beside it and `response` moved beside it,
-    where NeMo Gym reads them (`gym_failures.nemo_gym`; the response is large and saved once)."""
+    where NeMo Gym reads them (`gym_failures.nemo_gym`; the response is large and saved once), and
+    copies of the result's metrics where NeMo Gym averages them (`nemo_gym.result_metrics`). A result
+    without a reward has no `reward` key: NeMo Gym scores one that is there, even null, as 0
+    (`nemo_gym/rollout_collection.py:2757`)."""
     kept = dict(result)
-    fields: dict[str, Any] = {"reward": kept.get("reward")}
+    fields: dict[str, Any] = {"reward": kept["reward"]} if "reward" in kept else {}
     if "response" in kept:
         fields["response"] = kept.pop("response")
     for key in _RESULT_KEYS_AT_TOP:
         if key in kept:
             fields[key] = kept[key]
-    return {"result": kept, **fields}
+    return {"result": kept, **nemo_gym.result_metrics(kept), **fields}
 
 
 @dataclass(frozen=True)

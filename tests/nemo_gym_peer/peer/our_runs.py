@@ -12,6 +12,11 @@ For each run directory, NeMo Gym 0.7.0's own code does its part:
   one fronting the agent);
 - `compute_aggregate_metrics` (its `/aggregate_metrics`): the metric names made of the run's results,
   and of its failure rows as `_counted_failure_row` hands them over (`count_failure_classes_as_zero`).
+
+A fresh materialization NeMo Gym refuses (an input line its `loads_jsonl_line` cannot parse) is
+reported as `fresh_error`. Every job also reports `input_lines_read` (for each input line, as text mode
+splits them, whether `loads_jsonl_line` parses it) and `materialized_lines_read` (how many lines of our
+materialized inputs it parses), and `result_means` (each `mean/<name>` of the results' aggregation).
 """
 
 from __future__ import annotations
@@ -22,12 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from _peer import report
+from nemo_gym.config_types import ConfigError
 from nemo_gym.reward_profile import compute_aggregate_metrics
 from nemo_gym.rollout_collection import (
     RolloutCollectionConfig,
     RolloutCollectionHelper,
     _counted_failure_row,
     _metrics_group,
+    loads_jsonl_line,
 )
 
 
@@ -41,6 +48,38 @@ def _metric_names(rows: list[dict[str, Any]]) -> list[str]:
     return sorted(compute_aggregate_metrics(rows).agent_metrics) if rows else []
 
 
+def _parses(line: str, path: Path, number: int) -> bool:
+    try:
+        loads_jsonl_line(line, path, number)
+    except ConfigError:
+        return False
+    return True
+
+
+def _reads(job: dict[str, Any]) -> dict[str, Any]:
+    """What NeMo Gym's own line reader makes of the job's input and of our materialized inputs."""
+    source = Path(job["input"])
+    with source.open() as handle:  # as `_preprocess_rows_from_config` opens it: text mode
+        input_lines = [_parses(line, source, number) for number, line in enumerate(handle, 1)]
+    materialized = Path(job["run_dir"]) / "rollouts_materialized_inputs.jsonl"
+    with materialized.open() as handle:  # as `_load_from_cache` opens it
+        read = sum(_parses(line, materialized, number) for number, line in enumerate(handle, 1))
+    successes = _rows(Path(job["run_dir"]) / "rollouts.jsonl")
+    means = compute_aggregate_metrics(successes).agent_metrics if successes else {}
+    return {
+        "input_lines_read": input_lines,
+        "materialized_lines_read": read,
+        "result_means": {key: value for key, value in means.items() if key.startswith("mean/")},
+    }
+
+
+def _fresh(helper: RolloutCollectionHelper, config: RolloutCollectionConfig) -> dict[str, Any]:
+    try:
+        return {"fresh_materialized": helper._preprocess_rows_from_config(config)}
+    except ConfigError as error:
+        return {"fresh_materialized": None, "fresh_error": str(error)}
+
+
 def _plan(job: dict[str, Any]) -> dict[str, Any]:
     run_dir = Path(job["run_dir"])
     config = RolloutCollectionConfig(
@@ -51,7 +90,7 @@ def _plan(job: dict[str, Any]) -> dict[str, Any]:
         num_repeats=job["num_repeats"],
     )
     helper = RolloutCollectionHelper()
-    fresh = helper._preprocess_rows_from_config(config)
+    fresh = _fresh(helper, config)
     resumes = config.materialized_jsonl_fpath.exists() and Path(config.output_jsonl_fpath).exists()
     planned: list[list[int]] = []
     kept = 0
@@ -66,8 +105,9 @@ def _plan(job: dict[str, Any]) -> dict[str, Any]:
     failures = _rows(run_dir / "rollouts_failures.jsonl")
     agent = job["agent_name"]
     return {
+        **_reads(job),
+        **fresh,
         "resumes": resumes,
-        "fresh_materialized": fresh,
         "planned": planned,
         "kept_results": kept,
         "groups": sorted({str(_metrics_group(row, lambda: {})) for row in successes + failures}),
