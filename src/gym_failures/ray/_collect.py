@@ -314,6 +314,10 @@ class RayCollector(Collector):
     choice (`RAY_ADDRESS`, else a new local Ray) for the run's duration. A pool has its own address.
     """
 
+    paces_retries = False
+    """Not yet: a rollout's retry is sent at once on Ray (issue 21's backoff and readiness wait run in
+    the collector's own process only)."""
+
     def __init__(
         self,
         config: CollectionConfig,
