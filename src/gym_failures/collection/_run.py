@@ -974,12 +974,7 @@ class Collector:
             while not await accepts_connections(self.config.agent_url, connect_s):
                 waited = clock.monotonic() - started
                 if waited >= bound:
-                    LOGGER.warning(
-                        "%s: no connection accepted within %g s",
-                        url_without_secrets(self.config.agent_url),
-                        bound,
-                    )
-                    return False
+                    return False  # said once, by the run's end (`AgentDown`)
                 self.progress.agent_wait_s = waited
                 self._progress()
                 await clock.sleep(min(READY_PROBE_INTERVAL_S, bound - waited))
@@ -1018,7 +1013,7 @@ class Collector:
         while (item := await schedule.take()) is not None:
             rollout, number = item
             outcome = await attempt(rollout, number)
-            retry = self.record(outcome, successes, failures)
+            retry = self.record_attempt(outcome, successes, failures)
             if outcome.transport_kind is not None and schedule.streak[0] == outcome.transport_kind:
                 schedule.streak = (outcome.transport_kind, schedule.streak[1] + 1)
             else:
@@ -1028,7 +1023,11 @@ class Collector:
             await schedule.settle(rollout, number, retry, self.clock)
             self.progress.backing_off = len(schedule.backing_off)
 
-    def record(self, outcome: AttemptRow, successes: RowWriter, failures: RowWriter) -> Retry | None:
+    def record(self, outcome: AttemptRow, successes: RowWriter, failures: RowWriter) -> bool:
+        """Save one attempt's row (through `_save`) and count it; whether its rollout goes on."""
+        return self.record_attempt(outcome, successes, failures) is not None
+
+    def record_attempt(self, outcome: AttemptRow, successes: RowWriter, failures: RowWriter) -> Retry | None:
         """Save one attempt's row (through `_save`) and count it; whether its rollout goes on, and
         after what wait (written in the row, `_gf_retry_wait_s`, when `paces_retries`)."""
         self.summary.attempts += 1
