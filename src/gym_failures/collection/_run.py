@@ -56,6 +56,15 @@ attempt never sent is always retried; one that may have reached the agent (timed
 sending) is retried unless `replay_possibly_delivered` is False, when it is final
 (`possibly_delivered`).
 
+Pacing (`gym_failures.collection._pacing`): a retried rollout waits before its next attempt, the
+backoff (`backoff_initial_s`, `backoff_max_s`) or the failure's own hint (`Retry-After`, a quota's
+reset; at most `retry_after_max_s`), written on its failure row as `_gf_retry_wait_s` and
+`_gf_retry_wait_from`; while it waits it holds no worker. With `wait_ready_s`, no attempt is sent until
+the agent accepts a connection, at the start and after `TRANSPORT_RUN` attempts in a row failed with
+the same transport kind; an agent that accepts none within `wait_ready_s` ends the run (`AgentDown`),
+the rollouts not yet final kept. A resume with a larger `max_attempts` reopens the rollouts the budget
+closed (and, with `retry_terminal`, those closed as terminal), continuing their attempt numbers.
+
 Each failure row carries the attempt's `RolloutFailure` record (`rollout_failure`): `source`
 `environment` when the agent answered with the failure, `collector` otherwise; `delivery` from the
 client's `HttpDetails.delivery` (`not_sent`, `unknown` -> `possibly_delivered`, `answered` ->
