@@ -1046,7 +1046,7 @@ class Collector:
         if not outcome.succeeded and not outcome.final:
             retry = self._retry(key, outcome) if self.paces_retries else Retry(0.0, "backoff")
             if self.paces_retries:
-                outcome.row[RETRY_WAIT_S] = round(retry.wait_s, 3)
+                outcome.row[RETRY_WAIT_S] = retry.wait_s
                 outcome.row[RETRY_WAIT_FROM] = retry.wait_from
         else:
             self._backoff.forget(key)
@@ -1060,9 +1060,11 @@ class Collector:
     def _retry(self, key: str, outcome: AttemptRow) -> Retry:
         """The wait before a failed rollout's next attempt: the failure's hint, bounded by
         `retry_after_max_s`, else the backoff."""
+        # Rounded to the millisecond: the row says the wait the clock is asked for, exactly.
         if outcome.retry_hint_s is not None:
-            return Retry(min(max(outcome.retry_hint_s, 0.0), self.config.retry_after_max_s), "retry_after")
-        return Retry(self._backoff.wait(key), "backoff")
+            hint = min(max(outcome.retry_hint_s, 0.0), self.config.retry_after_max_s)
+            return Retry(round(hint, 3), "retry_after")
+        return Retry(round(self._backoff.wait(key), 3), "backoff")
 
 
 class AttemptDispatcher:
