@@ -13,6 +13,7 @@ import asyncio
 import email.utils
 import itertools
 import json
+import math
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from gym_failures.cli._live import counts_text
 from gym_failures.collection import AgentDown, CollectionConfig, collect, read_rows
@@ -335,6 +337,25 @@ def test_the_live_view_counts_the_reopened_rollouts_and_the_wait_for_the_agent()
     progress = CollectionProgress(reopened=3, agent_wait_s=12.4)
     assert "3 reopened" in counts_text(progress)
     assert "waiting for the agent 12 s" in counts_text(progress)
+
+
+@pytest.mark.parametrize("field", ["backoff_initial_s", "backoff_max_s", "retry_after_max_s", "wait_ready_s"])
+@pytest.mark.parametrize("value", [-0.001, math.inf, math.nan])
+def test_a_wait_is_a_finite_number_of_seconds_of_at_least_0(tmp_path: Path, field: str, value: float) -> None:
+    with pytest.raises(ValidationError) as refused:
+        _config(tmp_path, "http://127.0.0.1:1", [{"mode": "ok"}], **{field: value})
+    assert [error["loc"] for error in refused.value.errors()] == [(field,)]
+    assert getattr(_config(tmp_path, "http://127.0.0.1:1", [{"mode": "ok"}], **{field: 0.0}), field) == 0.0
+
+
+def test_a_default_from_the_environment_that_is_no_number_of_seconds_is_warned_and_not_used(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("GYM_FAILURES_WAIT_READY_S", "nan")
+    monkeypatch.setenv("GYM_FAILURES_BACKOFF_INITIAL_S", "2.5")
+    config = CollectionConfig(input_path=Path("t.jsonl"), output_path=Path("o.jsonl"), agent_url="http://h")
+    assert (config.wait_ready_s, config.backoff_initial_s) == (60.0, 2.5)
+    assert "GYM_FAILURES_WAIT_READY_S='nan' is not a number of seconds; using 60" in caplog.text
 
 
 # --- The command -------------------------------------------------------------------------------

@@ -131,7 +131,6 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 
 from gym_failures import nemo_gym
@@ -263,18 +262,22 @@ class CollectionConfig(BaseModel):
     that cannot run an episode twice safely sets this to False: such an attempt is then final
     (`final_reason` `possibly_delivered`). An attempt never sent is always retried within the budget."""
     backoff_initial_s: float = Field(
-        default_factory=lambda: _env_seconds(BACKOFF_INITIAL_ENV, DEFAULT_BACKOFF_INITIAL_S), ge=0
+        default_factory=lambda: _env_seconds(BACKOFF_INITIAL_ENV, DEFAULT_BACKOFF_INITIAL_S),
+        ge=0,
+        allow_inf_nan=False,
     )
     """The least wait before a rollout's next attempt (1 s, or `GYM_FAILURES_BACKOFF_INITIAL_S`); each
     later wait is drawn up to three times the one before (decorrelated jitter), never past
     `backoff_max_s`. 0 retries at once. A failure's own hint (`Retry-After`) takes its place."""
-    backoff_max_s: float = Field(default=DEFAULT_BACKOFF_MAX_S, ge=0)
-    """The longest backoff wait (30 s)."""
-    retry_after_max_s: float = Field(default=DEFAULT_RETRY_AFTER_MAX_S, ge=0)
+    backoff_max_s: float = Field(default=DEFAULT_BACKOFF_MAX_S, ge=0, allow_inf_nan=False)
+    """The longest backoff wait (30 s); it caps `backoff_initial_s` too."""
+    retry_after_max_s: float = Field(default=DEFAULT_RETRY_AFTER_MAX_S, ge=0, allow_inf_nan=False)
     """The longest wait a failure's hint is honoured for (300 s): its `Retry-After` (seconds, an HTTP
     date, or `retry-after-ms`) or a quota's reset time; a longer hint waits this long."""
     wait_ready_s: float = Field(
-        default_factory=lambda: _env_seconds(WAIT_READY_ENV, DEFAULT_WAIT_READY_S), ge=0
+        default_factory=lambda: _env_seconds(WAIT_READY_ENV, DEFAULT_WAIT_READY_S),
+        ge=0,
+        allow_inf_nan=False,
     )
     """How long the agent may take to accept connections (60 s, or `GYM_FAILURES_WAIT_READY_S`), before
     the first attempt and whenever dispatch pauses after a run of transport failures; past it the run
@@ -283,12 +286,6 @@ class CollectionConfig(BaseModel):
     retry_terminal: bool = False
     """Reopen, on resume, the rollouts closed by a failure the agent marked `terminal` (within the
     budget); the rollouts closed by the budget are reopened whenever `max_attempts` is raised."""
-
-    @model_validator(mode="after")
-    def _backoff_within_its_cap(self) -> CollectionConfig:
-        if self.backoff_initial_s > self.backoff_max_s:
-            raise ValueError("backoff_initial_s is over backoff_max_s")
-        return self
 
     @field_validator("output_path")
     @classmethod
