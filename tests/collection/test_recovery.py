@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -287,6 +288,47 @@ async def test_a_run_of_transport_failures_pauses_dispatch_and_the_rollouts_not_
         assert {row["attempt"] for row in firsts} == {1}
     finally:
         stop(agent)
+
+
+async def test_an_agent_that_goes_down_and_comes_back_within_the_wait_scores_every_rollout(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    agents = [_agent(port)]
+    config = _config(
+        tmp_path,
+        f"http://127.0.0.1:{port}",
+        [{"mode": "ok"}] * 12,
+        concurrency=2,
+        wait_ready_s=60,
+        backoff_initial_s=0.05,
+        backoff_max_s=0.2,
+    )
+    waited: list[float] = []
+
+    def restart() -> None:
+        time.sleep(1.0)
+        agents.append(_agent(port))
+
+    def kill_after_the_first(progress: CollectionProgress) -> None:
+        if progress.agent_wait_s is not None:
+            waited.append(progress.agent_wait_s)
+        if progress.succeeded == 1 and len(agents) == 1 and agents[0].poll() is None:
+            agents[0].kill()
+            agents[0].wait()
+            threading.Thread(target=restart, daemon=True).start()
+
+    try:
+        summary = await collect(config, kill_after_the_first)
+        assert summary.succeeded == 12, "every rollout scored"
+        # The run of failures paused dispatch, whatever the order: the 2 slots' connections to the
+        # killed agent fail as dropped (another kind) at most twice, breaking the run of refused ones at
+        # most twice, and one attempt is in flight when it pauses; not an attempt of every rollout.
+        assert len(_failures(config)) <= 3 * TRANSPORT_RUN + 2 - 1 + 1 < 12
+        assert waited, "dispatch waited for the agent to come back"
+    finally:
+        for agent in agents:
+            stop(agent)
 
 
 async def test_transport_failures_with_the_agent_up_pause_only_for_a_probe(
