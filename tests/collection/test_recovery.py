@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import io
 import itertools
 import json
 import math
@@ -27,6 +28,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from gym_failures.cli import _live as live
 from gym_failures.cli._live import counts_text
 from gym_failures.collection import AgentDown, CollectionConfig, collect, read_rows
 from gym_failures.collection._pacing import Backoff
@@ -428,6 +430,29 @@ def test_collect_ends_with_exit_1_and_one_line_when_the_agent_stays_down(tmp_pat
         "collect again once it is up"
     ]
     assert not (tmp_path / "out_failures.jsonl").read_text()
+
+
+def test_the_line_that_ends_a_run_never_shows_the_agent_urls_credentials(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"mode": "ok"}\n')
+    url = f"http://user:Zq9UrlPassword@127.0.0.1:{free_port()}/?token=Zq9UrlQueryToken"
+    done = _command(tasks, "--agent-url", url, "--output", tmp_path / "out.jsonl", "--wait-ready", "0.2")
+    assert done.returncode == 1
+    assert "accepted no connection" in done.stderr
+    for secret in ("Zq9UrlPassword", "Zq9UrlQueryToken"):
+        assert secret not in done.stdout + done.stderr
+
+
+def test_a_log_says_at_once_that_dispatch_waits_for_the_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live, "PLAIN_INTERVAL_S", 1e9)  # no line for the interval's sake
+    stream = io.StringIO()
+    with live._plain_lines(stream) as update:
+        update(CollectionProgress(expected=4))
+        assert stream.getvalue() == "", "not a line on every change"
+        update(CollectionProgress(expected=4, agent_wait_s=0.5))
+        assert "waiting for the agent 0 s" in stream.getvalue(), "said when the wait starts"
+        update(CollectionProgress(expected=4, agent_wait_s=1.0))
+        assert len(stream.getvalue().splitlines()) == 1, "once"
 
 
 def test_collect_reports_how_many_rollouts_it_reopened(tmp_path: Path, agent_url: str) -> None:
