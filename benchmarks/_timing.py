@@ -13,7 +13,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ["calibrate", "compare", "markdown_table", "ratio_row"]
+__all__ = ["calibrate", "compare", "compare_samples", "markdown_table", "ratio_row"]
 
 
 def calibrate(function: Callable[[], object], *, target_ns: int = 20_000_000) -> int:
@@ -43,7 +43,19 @@ def compare(
     rounds: int = 21,
     target_ns: int = 20_000_000,
 ) -> dict[str, float]:
-    """The median nanoseconds per call of each of `subjects`, timed in `rounds` alternating rounds.
+    """The median nanoseconds per call of each of `subjects`, timed in `rounds` alternating rounds."""
+    samples = compare_samples(subjects, rounds=rounds, target_ns=target_ns)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def compare_samples(
+    subjects: Mapping[str, Callable[[], object]],
+    *,
+    rounds: int = 21,
+    target_ns: int = 20_000_000,
+) -> dict[str, list[float]]:
+    """The nanoseconds per call of each of `subjects` in each of `rounds` alternating rounds (a
+    round's figures were taken back to back, so their ratio is a same-round ratio).
 
     Collection is disabled while a batch runs: a collection triggered by one subject's garbage
     would otherwise be billed to whichever subject runs next.
@@ -66,7 +78,7 @@ def compare(
     finally:
         if enabled:
             gc.enable()
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
 
 
 def ratio_row(

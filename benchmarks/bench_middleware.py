@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import importlib.util
 import logging
 import re
 import shutil
@@ -194,7 +195,7 @@ def _free_port() -> int:
         return port
 
 
-def _serve(variant: str) -> tuple[subprocess.Popen[bytes], str]:
+def _serve(variant: str, loop: str = "asyncio", http: str = "h11") -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     process = subprocess.Popen(
         [
@@ -210,6 +211,10 @@ def _serve(variant: str) -> tuple[subprocess.Popen[bytes], str]:
             "--no-access-log",
             "--log-level",
             "warning",
+            "--loop",
+            loop,
+            "--http",
+            http,
         ],
         cwd=Path(__file__).resolve().parents[1],
     )
@@ -233,13 +238,16 @@ def _wrk(url: str, seconds: int) -> float:
     return float(match.group(1))
 
 
-def measure_uvicorn(rounds: int = 5, seconds: int = 3) -> dict[str, float] | None:
-    """Median requests per second of each variant under uvicorn, driven by wrk on loopback; `None`
-    without wrk. Two cores serve both wrk and uvicorn, so this is a figure, not a gate."""
+def measure_uvicorn(
+    rounds: int = 5, seconds: int = 3, loop: str = "asyncio", http: str = "h11"
+) -> dict[str, float] | None:
+    """Median requests per second of each variant under uvicorn (its `--loop` and `--http`), driven
+    by wrk on loopback; `None` without wrk. Two cores serve both wrk and uvicorn, so this is a figure,
+    not a gate."""
     if shutil.which("wrk") is None:
         return None
     variants = ("bare", "floor", "gym", "base_http")
-    servers = {variant: _serve(variant) for variant in variants}
+    servers = {variant: _serve(variant, loop, http) for variant in variants}
     try:
         for _, url in servers.values():
             _wrk(url, 1)  # warm up
@@ -346,7 +354,11 @@ def measure_telemetry(rounds: int = 21, requests: int = 2000) -> dict[str, float
     finally:
         process.stdin.close()
         process.wait(timeout=30)
-    return {name: statistics.median(values) for name, values in samples.items()}
+    figures = {name: statistics.median(values) for name, values in samples.items()}
+    for name, values in samples.items():
+        if "/" in name:  # a ratio: its rounds' range beside the median
+            figures[f"{name} low"], figures[f"{name} high"] = min(values), max(values)
+    return figures
 
 
 def telemetry_table(figures: Mapping[str, float]) -> str:
@@ -364,10 +376,41 @@ def telemetry_table(figures: Mapping[str, float]) -> str:
         ("failure", "failure path, no active span"),
         ("failure_span", "failure path, in a span"),
     ):
-        cost = 1 / figures[f"{name}_on/{name}_off"]
+        ratio = f"{name}_on/{name}_off"
+        cost, low, high = (1 / figures[key] for key in (ratio, f"{ratio} high", f"{ratio} low"))
         lines.append(f"| {what}: recording off | {figures[f'{name}_off']:,.0f} | 1.000 | |")
-        lines.append(f"| {what}: recording | {figures[f'{name}_on']:,.0f} | {cost:.3f}x the cost | ≤ 1.1x |")
+        lines.append(
+            f"| {what}: recording | {figures[f'{name}_on']:,.0f} | {cost:.3f}x the cost "
+            f"({low:.2f}x to {high:.2f}x) | ≤ 1.1x |"
+        )
     return "\n".join(lines)
+
+
+def uvicorn_tables() -> list[str]:
+    """The under-uvicorn figures on asyncio with h11 and, when installed, on uvloop with httptools
+    (what `uvicorn --loop auto --http auto` picks when they are)."""
+    stacks = [("asyncio", "h11")]
+    if importlib.util.find_spec("uvloop") and importlib.util.find_spec("httptools"):
+        stacks.append(("uvloop", "httptools"))
+    lines: list[str] = []
+    for loop, http in stacks:
+        served = measure_uvicorn(loop=loop, http=http)
+        if served is None:
+            return ["", "(wrk not found: the under-uvicorn figures were skipped)"]
+        lines += [
+            "",
+            f"| variant (uvicorn {loop} + {http}, wrk -t1 -c32, loopback) | requests/s (median) | vs bare "
+            "| vs floor |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for name in ("bare", "floor", "gym", "base_http"):
+            value = served[name]
+            lines.append(
+                f"| {name} | {value:,.0f} | {value / served['bare']:.3f} | {value / served['floor']:.3f} |"
+            )
+    if len(stacks) == 1:
+        lines += ["", "(uvloop or httptools not installed: the uvloop + httptools figures were skipped)"]
+    return lines
 
 
 def main() -> str:
@@ -391,20 +434,7 @@ def main() -> str:
         f"{figures['failure_gym'] / figures['failure_bare']:.3f} |",
     ]
     lines += ["", telemetry_table(measure_telemetry())]
-    served = measure_uvicorn()
-    if served is None:
-        lines += ["", "(wrk not found: the under-uvicorn figures were skipped)"]
-    else:
-        lines += [
-            "",
-            "| variant (uvicorn, wrk -t1 -c32, loopback) | requests/s (median) | vs bare | vs floor |",
-            "| --- | ---: | ---: | ---: |",
-        ]
-        for name in ("bare", "floor", "gym", "base_http"):
-            value = served[name]
-            lines.append(
-                f"| {name} | {value:,.0f} | {value / served['bare']:.3f} | {value / served['floor']:.3f} |"
-            )
+    lines += uvicorn_tables()
     table = "\n".join(lines)
     print(table)
     return table

@@ -47,7 +47,17 @@ class FarReader(SmallReader):
     _WALK_STEPS: ClassVar[int] = 1
 
 
-READERS = [StreamFailureReportReader, SmallReader, FarReader]
+class HoldingReader(SmallReader):
+    """A reader that holds chunks of generated streams and reads them a few at a time."""
+
+    _BATCH: ClassVar[int] = 96
+
+
+class FarHoldingReader(HoldingReader):
+    _WALK_STEPS: ClassVar[int] = 1
+
+
+READERS = [StreamFailureReportReader, SmallReader, FarReader, HoldingReader, FarHoldingReader]
 
 
 def read(
@@ -392,12 +402,16 @@ def test_a_long_line_with_the_key_in_a_non_terminal_event_is_ignored() -> None:
     assert read(stream[i : i + 50_000] for i in range(0, len(stream), 50_000)) is None
 
 
-def test_a_long_line_without_the_key_costs_no_memory_beyond_the_bound() -> None:
+@pytest.mark.parametrize("chunk_size", [1 << 16, 2 * MAX, 1 << 23])
+def test_a_long_line_without_the_key_costs_no_memory_beyond_the_bound(chunk_size: int) -> None:
+    """Chunks smaller and larger than the bound: a chunk held whole keeps no more of its last line."""
     delta = {"type": "response.output_text.delta", "delta": "y" * (3 * MAX)}
     stream = event("response.output_text.delta", delta) + responses_stream(REPORT, terminal="error")
+    stream = b": ping\n\n" + stream  # lines that end before the long one, in its chunk
     reader = StreamFailureReportReader()
-    for i in range(0, len(stream), 1 << 16):
-        reader.feed(stream[i : i + (1 << 16)])
+    reader.feed(b": keep-alive\n")  # past the stream's start: the next chunks may be held
+    for i in range(0, len(stream), chunk_size):
+        reader.feed(stream[i : i + chunk_size])
         assert len(reader._pending) <= MAX
     assert reader.finish() == REPORT
 
@@ -472,9 +486,12 @@ def test_any_chunking_reads_a_stream_as_its_lines_do(data: st.DataObject) -> Non
     for chunk in chunks_of(stream, data.draw(_cuts(stream))):
         reader.feed(chunk)
         read_up_to += len(chunk)
-        # The open event's name after each chunk, not only the report, so a wrong name is seen even
-        # when no report follows it.
-        assert reader._event == reader_by_lines(stream[:read_up_to], reader_type)._event
+        by_lines = reader_by_lines(stream[:read_up_to], reader_type)
+        # A report as soon as its line ends, held chunks or not (a relay observes it at once); and
+        # the open event's name once no chunk is held, so a wrong name is seen without a report.
+        assert reader.report == by_lines.report
+        if not reader._held:
+            assert reader._event == by_lines._event
     assert reader.finish() == expected
 
 

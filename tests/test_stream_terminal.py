@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from hypothesis import given
@@ -27,9 +28,9 @@ def _call(api: str) -> ModelCall:
     return read_call(api, body, {})  # type: ignore[arg-type]
 
 
-def _stream(api: str, ending: str) -> bytes:
+def _stream(api: str, ending: str, text: str = "the answer is four") -> bytes:
     """A stream the endpoint writes for `api`: whole, cut before its end, or ending in a failure."""
-    reply = stream_reply(_call(api), Turn(text="the answer is four"))
+    reply = stream_reply(_call(api), Turn(text=text))
     if ending == "whole":
         return b"".join(reply.events + reply.terminal({}))
     if ending == "cut":
@@ -116,6 +117,37 @@ def test_chunk_boundaries_never_change_the_answer(api: str, ending: str, cuts: l
     assert _read(stream, cuts).terminal_seen == _read(stream).terminal_seen == (ending != "cut")
 
 
+@given(
+    api=st.sampled_from(APIS),
+    ending=st.sampled_from(["whole", "cut", "failed"]),
+    size=st.integers(min_value=1, max_value=600),
+)
+def test_every_chunk_size_gives_the_same_answer(api: str, ending: str, size: int) -> None:
+    """Chunks of one size, as a socket hands them: the reader holds and reads them in batches."""
+    stream = _stream(api, ending)
+    whole = _read(stream)
+    reader = _read(stream, list(range(size, len(stream), size)))
+    assert reader.terminal_seen == whole.terminal_seen == (ending != "cut")
+    assert reader.report == whole.report
+
+
+LONG_TEXT = " ".join(f"word{index}" for index in range(3_500))
+
+
+@pytest.mark.parametrize("size", [1 << 10, 1 << 12, 1 << 16, 1 << 17, 100_003])
+@pytest.mark.parametrize("ending", ["whole", "cut", "failed"])
+@pytest.mark.parametrize("api", APIS)
+def test_a_long_stream_gives_the_same_answer_at_every_chunk_size(api: str, ending: str, size: int) -> None:
+    """Streams of several batches and windows (`_BATCH`, `_WINDOW`), at the benchmark's chunk sizes."""
+    stream = _stream(api, ending, LONG_TEXT)
+    assert len(stream) > 2 * (StreamFailureReportReader._BATCH + StreamFailureReportReader._WINDOW)
+    whole = _read(stream)
+    reader = _read(stream, list(range(size, len(stream), size)))
+    assert reader.terminal_seen == whole.terminal_seen == (ending != "cut")
+    assert reader.report == whole.report
+    assert (reader.report is None) == (ending != "failed")
+
+
 @given(st.binary(max_size=2000), st.lists(st.integers(min_value=0, max_value=2000), max_size=8))
 def test_any_bytes_give_an_answer_without_raising(data: bytes, cuts: list[int]) -> None:
     reader = _read(data, [cut for cut in cuts if cut <= len(data)])
@@ -156,19 +188,31 @@ _EVENTS = st.sampled_from(
 )
 
 
-def _terminal_seen(chunks: list[bytes]) -> bool:
-    reader = _Reader()
+class _SmallWindowReader(_Reader):
+    """A window and batches a few events long: the last event is read back across batches, and one
+    longer than the window is known by its name (`_named`)."""
+
+    _WINDOW: ClassVar[int] = 100
+    _BATCH: ClassVar[int] = 64
+
+
+def _terminal_seen(chunks: list[bytes], reader_type: type[_Reader] = _Reader) -> bool:
+    reader = reader_type()
     for chunk in chunks:
         reader.feed(chunk)
     reader.finish()
     return reader.terminal_seen
 
 
-@given(events=st.lists(_EVENTS, min_size=1, max_size=6), cuts=st.lists(st.integers(0, 400), max_size=12))
+@given(
+    events=st.lists(_EVENTS, min_size=1, max_size=10),
+    cuts=st.lists(st.integers(0, 700), max_size=16),
+    reader_type=st.sampled_from([_Reader, _SmallWindowReader]),
+)
 def test_terminal_seen_does_not_depend_on_how_the_stream_is_chunked(
-    events: list[bytes], cuts: list[int]
+    events: list[bytes], cuts: list[int], reader_type: type[_Reader]
 ) -> None:
     stream = b"".join(events)
     points = sorted({min(cut, len(stream)) for cut in cuts})
     chunks = [stream[start:end] for start, end in zip([0, *points], [*points, len(stream)], strict=True)]
-    assert _terminal_seen(chunks) == _terminal_seen([stream])
+    assert _terminal_seen(chunks, reader_type) == _terminal_seen([stream], reader_type)

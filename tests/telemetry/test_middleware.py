@@ -75,30 +75,32 @@ async def test_a_failure_reply_is_counted_with_its_attributes(telemetry: Telemet
     assert size.attributes == {}
 
 
-async def test_a_failure_reply_adds_one_span_event_per_event_and_marks_the_span(telemetry: Telemetry) -> None:
+async def test_a_failure_reply_adds_one_span_event_carrying_its_chain_and_marks_the_span(
+    telemetry: Telemetry,
+) -> None:
+    """What a trace UI reads off the exported span: one `gym.failure` event, the reply's failure in
+    its scalar attributes (the id a caller's `gym.failure.remote` names), every event in the chain."""
     reply = await _get(_app(_chain), telemetry)
     report = FailureHeader.decode(dict(reply.headers))
     assert report is not None
     assert report.failure_id is not None
     (span,) = telemetry.spans()
-    events = {
-        str((event.attributes or {})["nemo.gym.failure.event_id"]): dict(event.attributes or {})
-        for event in span.events
-    }
-    assert all(event.name == SPAN_EVENT for event in span.events)
-    assert set(events) == set(report.events)
-    failure = events[report.failure_id]
+    (event,) = span.events
+    assert event.name == SPAN_EVENT
+    attributes = dict(event.attributes or {})
     cause_id = report.events[report.failure_id].cause_id
     assert cause_id is not None
-    assert failure == {
+    chain = attributes.pop("nemo.gym.failure.chain")
+    assert attributes == {
         "nemo.gym.failure.event_id": report.failure_id,
         "nemo.gym.failure.cause_id": cause_id,
         "nemo.gym.failure_kind": "agent_run_error",
         "nemo.gym.boundary": "agent",
         "nemo.gym.stage": "agent",
     }
-    assert events[cause_id]["nemo.gym.boundary"] == "sandbox"
-    assert "nemo.gym.failure.cause_id" not in events[cause_id]
+    # The failure, then its causes, each as `<kind>@<boundary>`: the chain as a trace UI shows it.
+    assert chain == "agent_run_error@agent <- provider_oom_killed@sandbox"
+    assert "tool failed" not in chain  # reasons never go on a span
     assert span.attributes is not None
     assert span.attributes["error.type"] == "agent_run_error"
     assert span.status.status_code is StatusCode.ERROR
@@ -128,7 +130,12 @@ async def test_a_success_with_observations_records_its_size_and_events_but_no_fa
     assert SERVER_FAILURES not in points
     assert [point.value for point in points[REPORT_SIZE]] == [1]
     (span,) = telemetry.spans()
-    assert [event.name for event in span.events] == [SPAN_EVENT]
+    (event,) = span.events
+    assert event.name == SPAN_EVENT
+    assert event.attributes is not None
+    # No failure, so no scalar failure attributes: the recovered event is in the chain.
+    assert event.attributes["nemo.gym.failure.chain"] == "model_server_error@model"
+    assert "nemo.gym.failure.event_id" not in event.attributes
     assert span.status.status_code is StatusCode.UNSET
 
 
@@ -174,7 +181,7 @@ async def test_recording_never_raises_into_the_caller(
     telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broken = _BrokenInstrument()
-    instruments = record_module._Instruments(broken, broken, broken, broken)  # type: ignore[arg-type]
+    instruments = record_module._Instruments(broken, broken, broken, broken, broken)  # type: ignore[arg-type]
     monkeypatch.setattr(record_module, "_instruments", instruments)
     reply = await _get(_app(_chain), telemetry)
     assert reply.status_code == 500

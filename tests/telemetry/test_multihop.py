@@ -2,8 +2,8 @@
 
 The model fails with a two-event chain (a provider's 503 under its own `model_server_error`); the agent
 rebuilds it and fails with its own `agent_run_error` from it; the collector rebuilds that. Each server
-counts the failure it replied with and puts every event of its reply on its span; each caller puts
-the remote event ids on its own span.
+counts the failure it replied with and puts one event carrying its reply's chain on its span; each
+caller puts the remote event ids on its own span.
 """
 
 from __future__ import annotations
@@ -115,11 +115,14 @@ async def test_every_hop_records_its_failure_and_the_remote_ids(
     model_span = _only(at_model["spans"])
     assert model_span["status"] == "ERROR"
     assert model_span["attributes"]["error.type"] == "model_server_error"
-    events = {event["attributes"]["nemo.gym.failure.event_id"]: event for event in model_span["events"]}
-    assert set(events) == set(model_ids)
-    assert {event["name"] for event in events.values()} == {SPAN_EVENT}
-    assert events[model_ids[1]]["attributes"]["nemo.gym.failure.cause_id"] == model_ids[0]
-    assert events[model_ids[0]]["attributes"]["nemo.gym.failure_kind"] == "model_request_error"
+    (event,) = model_span["events"]  # one event for the reply, carrying its chain
+    assert event["name"] == SPAN_EVENT
+    assert event["attributes"]["nemo.gym.failure.event_id"] == model_ids[1]
+    assert event["attributes"]["nemo.gym.failure.cause_id"] == model_ids[0]
+    assert (
+        event["attributes"]["nemo.gym.failure.chain"]
+        == "model_server_error@model <- model_request_error@model"
+    )
 
     # The agent: the model's ids on its span as a remote failure, its own failure counted and on it.
     counted = _only(at_agent["metrics"][SERVER_FAILURES])
@@ -131,10 +134,16 @@ async def test_every_hop_records_its_failure_and_the_remote_ids(
     remote = _only([event for event in agent_span["events"] if event["name"] == SPAN_REMOTE_EVENT])
     assert remote["attributes"]["nemo.gym.failure.event_id"] == model_ids[1]
     assert sorted(remote["attributes"]["nemo.gym.failure.event_ids"]) == sorted(model_ids)
-    replied = [event for event in agent_span["events"] if event["name"] == SPAN_EVENT]
-    assert {event["attributes"]["nemo.gym.failure.event_id"] for event in replied} == {agent_id, *model_ids}
-    own = _only([event for event in replied if event["attributes"]["nemo.gym.failure.event_id"] == agent_id])
+    own = _only([event for event in agent_span["events"] if event["name"] == SPAN_EVENT])
+    assert own["attributes"]["nemo.gym.failure.event_id"] == agent_id
     assert own["attributes"]["nemo.gym.failure.cause_id"] == model_ids[1]
+    assert own["attributes"]["nemo.gym.failure.chain"] == (
+        "agent_run_error@agent <- model_server_error@model <- model_request_error@model"
+    )
+    # The join of the hops: the agent's remote event names the model span's failure event.
+    assert (
+        remote["attributes"]["nemo.gym.failure.event_id"] == event["attributes"]["nemo.gym.failure.event_id"]
+    )
 
     # The collector (this process): every id of the agent's reply on its own span.
     (span,) = [span for span in telemetry.spans() if span.name == "collector"]

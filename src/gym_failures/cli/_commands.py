@@ -56,7 +56,7 @@ from gym_failures.cli._app import (
     require_file,
     shell_path,
 )
-from gym_failures.cli._serve import add_serve
+from gym_failures.cli._serve import add_serve, add_verdict
 from gym_failures.cli._text import print_json, stderr_line
 
 if TYPE_CHECKING:
@@ -687,11 +687,11 @@ def _require_tasks(path: Path) -> None:
 def _run_collect(arguments: argparse.Namespace) -> int:
     if arguments.metrics_port is not None:
         require_extra("--metrics-port", "prometheus", METRICS_MODULES)
-    import asyncio
     from dataclasses import fields
 
     from pydantic import ValidationError
 
+    from gym_failures._loop import run as run_loop
     from gym_failures.cli._live import live_collection, metrics_endpoint
     from gym_failures.cli._render import print_collection
     from gym_failures.collection import AgentDown, CollectionConfig
@@ -737,11 +737,11 @@ def _run_collect(arguments: argparse.Namespace) -> int:
                     config, on_progress, workers=arguments.workers or 2, address=arguments.ray or None
                 )
                 try:
-                    summary = asyncio.run(running_on_ray)
+                    summary = run_loop(running_on_ray)
                 except ray_join_error as error:  # an address Ray cannot use or reach: nothing ran
                     raise CommandError(f"--ray: {error}") from None
             else:
-                summary = asyncio.run(run_collection(config, on_progress))
+                summary = run_loop(run_collection(config, on_progress))
         except AgentDown as failure:  # the agent accepted no connection within --wait-ready
             raise CommandError(_flag_words(failure.failure_reason, ()), status=EXIT_FAILED) from None
         except NgFailureEvent as failure:
@@ -977,5 +977,6 @@ COMMANDS: Sequence[Callable[[Subcommands], None]] = (
     add_collect,
     add_demo,
     add_serve,
+    add_verdict,
 )
 """Every command, in the order `--help` lists them."""

@@ -41,6 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gym_failures._loop import run as run_loop
 from gym_failures.demo._plan import FaultPlan
 
 LOGGER = logging.getLogger("gym_failures.demo")
@@ -232,7 +233,7 @@ def main(
             timeout_graceful_shutdown=3,
         )
     )
-    asyncio.run(_serve(server, sock, args.parent_pid))
+    run_loop(_serve(server, sock, args.parent_pid))
 
 
 async def _serve(server: uvicorn.Server, sock: socket.socket, parent_pid: int) -> None:

@@ -51,6 +51,7 @@ from types import FrameType
 from typing import Any, Literal
 
 import gym_failures
+from gym_failures._loop import run as run_loop
 from gym_failures.collection import CollectionConfig, CollectionSummary, collect
 from gym_failures.demo._options import DemoOptions
 from gym_failures.demo._serve import (
@@ -320,8 +321,9 @@ class _ServerGroup:
             signal.signal(signum, signal.SIG_DFL)
 
     def run_async(self, coroutine: Coroutine[Any, Any, CollectionSummary]) -> CollectionSummary:
-        """`asyncio.run(coroutine)`, with SIGTERM and SIGHUP cancelling it as Ctrl-C does, so the
-        collector closes its files and sessions before the servers stop."""
+        """`asyncio.run(coroutine)` (on uvloop when it is installed, `gym_failures._loop`), with
+        SIGTERM and SIGHUP cancelling it as Ctrl-C does, so the collector closes its files and
+        sessions before the servers stop."""
         received: list[int] = []
 
         async def guarded() -> CollectionSummary:
@@ -338,7 +340,7 @@ class _ServerGroup:
                     loop.remove_signal_handler(signum)
 
         try:
-            return asyncio.run(guarded())
+            return run_loop(guarded())
         except asyncio.CancelledError:
             if received:
                 raise SystemExit(128 + received[0]) from None
