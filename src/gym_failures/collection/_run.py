@@ -1123,7 +1123,9 @@ class AttemptDispatcher:
             nemo_gym.failure_keys(
                 failure,
                 exception_type=seen.exception_type,
-                http_status=seen.http_status,
+                # NeMo Gym's key is a failed `/run` reply's status (rollout_collection.py:1641): an
+                # episode failure answered in a 2xx is no failed reply, and has none.
+                http_status=seen.http_status if not _succeeded_status(seen.http_status) else None,
                 response_body=seen.body_excerpt,
             )
         )
@@ -1252,6 +1254,10 @@ class AttemptDispatcher:
                 failure_reason=f"{target}: the collector failed unexpectedly ({type(error).__name__})",
                 exception_type=exception_type_name(error),
             ) from error
+
+
+def _succeeded_status(status: int | None) -> bool:
+    return status is not None and 200 <= status <= 299
 
 
 def _answered(safe_url: str, status: int | None) -> HttpDetails:
