@@ -15,6 +15,12 @@ from tests.processes import free_port, stop, wait_listening
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The collector's backoff and readiness wait are off in the tests that do not test them (and in the
+# commands they run): a retry waits no real second, nothing listening is tried at once. The tests of
+# issue 21 (tests/collection/test_recovery.py) set both in their configs, on their own clock.
+os.environ.setdefault("GYM_FAILURES_BACKOFF_INITIAL_S", "0")
+os.environ.setdefault("GYM_FAILURES_WAIT_READY_S", "0")
+
 
 @pytest.fixture(scope="session")
 def agent_url() -> Iterator[str]:

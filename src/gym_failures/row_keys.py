@@ -13,6 +13,10 @@ in one place:
 | `final`, `final_reason`, `closed_on_resume` | `_gf_final`, `_gf_final_reason`, `_gf_closed_on_resume` |
 | `task_id` | `_gf_task_id` (an input's `id` may be a number) |
 
+A failure row the collector retries also says how long it waits before the rollout's next attempt,
+`_gf_retry_wait_s` (seconds), and why, `_gf_retry_wait_from` (`backoff`, or `retry_after`: the
+failure's own hint). These are saved keys only: no contract key stands for them.
+
 A key NeMo Gym already keeps is not written twice; a key only gym-failures keeps is under the one
 prefix `_gf_`. `rollout_id` (`"<task>:<rollout>"`, a string: never a metric) stays at the top level,
 where `explain` finds a rollout's rows without parsing the others; `result`, `failure` and
@@ -35,6 +39,8 @@ __all__ = [
     "FINAL",
     "FINAL_REASON",
     "PREFIX",
+    "RETRY_WAIT_FROM",
+    "RETRY_WAIT_S",
     "SAVED_AS",
     "TASK_ID",
     "read_saved_keys",
@@ -46,6 +52,8 @@ FINAL: Final = "_gf_final"
 FINAL_REASON: Final = "_gf_final_reason"
 CLOSED_ON_RESUME: Final = "_gf_closed_on_resume"
 TASK_ID: Final = "_gf_task_id"
+RETRY_WAIT_S: Final = "_gf_retry_wait_s"
+RETRY_WAIT_FROM: Final = "_gf_retry_wait_from"
 
 SAVED_AS: Mapping[str, str] = {
     "final": FINAL,

@@ -88,6 +88,17 @@ class FailureRow(_RowBase):
         alias="_gf_final_reason"
     )
     gf_closed_on_resume: bool | None = Field(default=None, alias="_gf_closed_on_resume")
+    gf_retry_wait_s: float | None = Field(
+        default=None,
+        alias="_gf_retry_wait_s",
+        ge=0,
+        description="Seconds the collector waits before the rollout's next attempt (a retried failure).",
+    )
+    gf_retry_wait_from: Literal["backoff", "retry_after"] | None = Field(
+        default=None,
+        alias="_gf_retry_wait_from",
+        description="Where that wait came from: the collector's backoff, or the failure's own hint.",
+    )
     rollout_failure: RolloutFailure | None = None
     ng_failure_class: str | None = Field(default=None, alias="_ng_failure_class")
     ng_failure_terminal: bool = Field(alias="_ng_failure_terminal")

@@ -1,6 +1,6 @@
 """An agent server that fails in planned ways, chosen by each task's `mode`, for collection tests.
 
-Run with `python -m tests.collection.agent_app PORT`.
+Run with `python -m tests.collection.agent_app PORT [LISTEN_AFTER_S]`.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import sys
+import time
 from typing import Any
 
 import uvicorn
@@ -113,6 +114,27 @@ async def run(request: Request) -> Response:
         return JSONResponse(
             BaseEpisodeResponse(result={"reward": 1.0, "note": quoted}).model_dump(mode="json")
         )
+    if mode == "shed_then_ok":
+        # Load shed: the first attempt is refused with a 429 or 503 and the wait the task names, as
+        # `Retry-After` (`retry_after`, seconds or an HTTP date) or `retry-after-ms`.
+        if attempt >= 2:
+            return JSONResponse(BaseEpisodeResponse(result={"reward": 1.0}).model_dump(mode="json"))
+        headers = {}
+        if "retry_after" in task:
+            headers["Retry-After"] = str(task["retry_after"])
+        if "retry_after_ms" in task:
+            headers["retry-after-ms"] = str(task["retry_after_ms"])
+        return Response(b"busy", status_code=int(task.get("status", 429)), headers=headers)
+    if mode == "quota_then_ok":
+        # The agent's model ran out of quota: an episode failure naming when the quota resets.
+        if attempt >= 2:
+            return JSONResponse(BaseEpisodeResponse(result={"reward": 1.0}).model_dump(mode="json"))
+        quota = EpisodeFailure(
+            failure_kind="provider_quota_exhausted",
+            failure_reason=f"daily quota used; resets at {task['resets_at']}",
+            terminal=False,
+        )
+        return JSONResponse(BaseEpisodeResponse(failure=quota).model_dump(mode="json"))
     if mode == "no_reward":  # a success with nothing to score: no reward, no verification
         return JSONResponse(BaseEpisodeResponse(result={"response": "4"}).model_dump(mode="json"))
     if mode == "nan_reward":
@@ -127,4 +149,7 @@ def app() -> Starlette:
 
 
 if __name__ == "__main__":
+    # `PORT [LISTEN_AFTER_S]`: an agent still starting listens only after that many seconds.
+    if len(sys.argv) > 2:
+        time.sleep(float(sys.argv[2]))
     uvicorn.run(app(), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)

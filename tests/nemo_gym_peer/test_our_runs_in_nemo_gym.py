@@ -65,11 +65,13 @@ def _write_tasks(path: Path, tasks: list[dict[str, Any]]) -> Path:
     return path
 
 
-def _our_plan(config: CollectionConfig) -> list[list[int]]:
-    """What our collector dispatches when it resumes `config`'s run (on a copy, at NeMo Gym's budget 3)."""
+def _our_plan(config: CollectionConfig, max_attempts: int = 3) -> list[list[int]]:
+    """What our collector dispatches when it resumes `config`'s run (on a copy, at `max_attempts`,
+    NeMo Gym's budget 3 unless raised)."""
     copy = config.output_path.parent.with_name(config.output_path.parent.name + "-ours")
     shutil.copytree(config.output_path.parent, copy)
-    resumed = config.model_copy(update={"output_path": copy / config.output_path.name, "max_attempts": 3})
+    update = {"output_path": copy / config.output_path.name, "max_attempts": max_attempts}
+    resumed = config.model_copy(update=update)
     before = {(row["rollout_id"], row["attempt"]) for row in _all_rows(resumed)}
     asyncio.run(collect(resumed))
     first: dict[str, int] = {}
@@ -235,13 +237,36 @@ def _old_run(root: Path, agent_url: str) -> CollectionConfig:
     return config
 
 
+RAISED = 5
+"""The budget the closed run is resumed at, by NeMo Gym and by us."""
+
+
+def _closed_run(root: Path, agent_url: str) -> CollectionConfig:
+    """Our run collected to its end at a budget of 2: a rollout closed by the budget
+    (`attempt_budget_exhausted`), one closed as terminal, and successes; then resumed at `RAISED`."""
+    config = CollectionConfig(
+        input_path=_write_tasks(root / "closed-input" / "tasks.jsonl", TASKS),
+        output_path=root / "closed" / "rollouts.jsonl",
+        agent_url=agent_url,
+        max_attempts=2,
+        agent_name=AGENT,
+    )
+    asyncio.run(collect(config))
+    return config
+
+
 @pytest.fixture(scope="module")
 def runs(
     tmp_path_factory: pytest.TempPathFactory, agent_url: str, _interop_runs: Interop
 ) -> dict[str, tuple[Run, dict[str, Any]]]:
     root = tmp_path_factory.mktemp("our-runs")
-    made = {"fresh": _fresh_run(root, agent_url), "old": _old_run(root, agent_url)}
-    planned = {name: _our_plan(config) for name, config in made.items()}
+    made = {
+        "fresh": _fresh_run(root, agent_url),
+        "old": _old_run(root, agent_url),
+        "closed": _closed_run(root, agent_url),
+    }
+    budgets = {"closed": RAISED}
+    planned = {name: _our_plan(config, budgets.get(name, 3)) for name, config in made.items()}
     jobs = [
         {
             "name": name,
@@ -249,6 +274,7 @@ def runs(
             "input": str(config.input_path),
             "agent_name": AGENT,
             "num_repeats": config.num_repeats,
+            **({"max_attempts": budgets[name]} if name in budgets else {}),
         }
         for name, config in made.items()
     ]
@@ -258,7 +284,7 @@ def runs(
     return {name: (Run(config, planned[name]), found[name]) for name, config in made.items()}
 
 
-@pytest.mark.parametrize("name", ["fresh", "old"])
+@pytest.mark.parametrize("name", ["fresh", "old", "closed"])
 def test_nemo_gyms_resume_takes_our_run_as_its_own_and_plans_the_open_rollouts_as_we_do(
     runs: dict[str, tuple[Run, dict[str, Any]]], name: str
 ) -> None:
@@ -308,6 +334,28 @@ def test_rows_saved_before_issue_19_still_gave_nemo_gym_bookkeeping_metrics(
     _, nemo_gym = runs["old"]
     names = {metric.split("/", 1)[-1] for metric in nemo_gym["result_metrics"]}
     assert {"attempt", "task_index"} <= names
+
+
+def test_a_raised_budget_reopens_the_same_rollouts_for_nemo_gym_and_for_us(
+    runs: dict[str, tuple[Run, dict[str, Any]]],
+) -> None:
+    """Both reopen the rollouts the budget closed, at the attempt after their last; neither the ones
+    the agent marked terminal, nor the ones that succeeded."""
+    run, nemo_gym = runs["closed"]
+    closed = sorted(
+        [row["task_index"], row["rollout_index"], row["attempt"]]
+        for row in read_rows(run.config.failures_path)
+        if row["final_reason"] == "attempt_budget_exhausted"
+    )
+    assert closed, "the run has rollouts the budget closed"
+    assert nemo_gym["planned"] == run.planned_by_us == closed, "reopened at the attempt index after the last"
+    terminal = {
+        (row["task_index"], row["rollout_index"])
+        for row in read_rows(run.config.failures_path)
+        if row["final_reason"] == "terminal"
+    }
+    assert terminal, "the run has a rollout the agent closed as terminal"
+    assert not terminal & {(task, rollout) for task, rollout, _ in nemo_gym["planned"]}
 
 
 # --- Inputs NeMo Gym reads its own way, results with metrics of their own ---------------------------

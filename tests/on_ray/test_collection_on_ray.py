@@ -18,9 +18,10 @@ import pytest
 import ray
 
 from gym_failures.collection import CollectionConfig, RowWriter, collect
-from gym_failures.collection._run import AttemptRow
+from gym_failures.collection._run import AttemptRow, Retry
 from gym_failures.failures import CollectionFailure
 from gym_failures.ray import RayCollector, collect_on_ray
+from tests.collection.test_recovery import TestClock
 from tests.on_ray.saved import assert_whole, plan_of, rows_of
 
 pytestmark = pytest.mark.usefixtures("ray_address")
@@ -57,6 +58,22 @@ async def test_a_ray_run_saves_the_rows_a_local_run_saves(tmp_path: Path, agent_
     manifest = json.loads(on_ray.manifest_path.read_text())
     assert manifest["expected_rollouts"] == 21
     assert ray.get_runtime_context() is not None, "the session's Ray is left running"
+
+
+async def test_a_retried_rollout_backs_off_on_ray_too(tmp_path: Path, agent_url: str) -> None:
+    tasks = [{"mode": "always_fail"}, {"mode": "shed_then_ok", "retry_after": "7"}, {"mode": "ok"}]
+    config = _config(tmp_path / "ray", agent_url, tasks, backoff_initial_s=1.0, backoff_max_s=30.0)
+    clock = TestClock()
+    summary = await collect_on_ray(config, workers=1, clock=clock)
+    assert (summary.succeeded, summary.failed_final, summary.attempts) == (2, 1, 6)
+    retried = [row for row in rows_of(config) if "failure" in row and not row["final"]]
+    waits = sorted(
+        (row["rollout_id"], row["_gf_retry_wait_from"], row["_gf_retry_wait_s"]) for row in retried
+    )
+    assert [(key, source) for key, source, _ in waits] == [("0:0", "backoff")] * 2 + [("1:0", "retry_after")]
+    assert waits[2][2] == 7.0
+    assert all(wait >= 1.0 for _, _, wait in waits[:2])
+    assert sorted(clock.sleeps) == sorted(wait for *_, wait in waits), "the driver waited each wait"
 
 
 def _report(command: str, directory: Path) -> tuple[int, Any]:
@@ -128,12 +145,12 @@ class _KillsBetweenExchanges(RayCollector):
 
     killed = False
 
-    def record(self, outcome: AttemptRow, successes: RowWriter, failures: RowWriter) -> bool:
+    def record_attempt(self, outcome: AttemptRow, successes: RowWriter, failures: RowWriter) -> Retry | None:
         if not self.killed and self.summary.attempts >= 4:
             self.killed = True
             ray.kill(self.workers[0], no_restart=False)
             time.sleep(0.5)  # the next exchange then finds the worker dead or already restarted
-        return super().record(outcome, successes, failures)
+        return super().record_attempt(outcome, successes, failures)
 
 
 async def test_a_worker_restarted_between_exchanges_loses_nothing(tmp_path: Path, agent_url: str) -> None:

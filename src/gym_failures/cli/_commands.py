@@ -139,6 +139,17 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _seconds_or_zero(text: str) -> float:
+    """A finite number of seconds of at least 0 (a wait: 0 is none, an endless one is refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number of seconds of at least 0")
+    return value
+
+
 def _agent_url(text: str) -> str:
     """An agent URL whose port, when it names one, is a port: `http://127.0.0.1:99999` is refused
     here, naming the port. The collector checks the rest; neither echoes the URL, which may hold a
@@ -536,6 +547,7 @@ def add_collect(commands: Subcommands) -> None:
     parser.add_argument(
         "--timeout", type=_seconds, default=120.0, metavar="SECONDS", help="per attempt (120)"
     )
+    _add_recovery_options(parser)
     parser.add_argument(
         "--force-resume",
         action="store_true",
@@ -565,6 +577,48 @@ def add_collect(commands: Subcommands) -> None:
     )
     add_metrics_option(parser)
     _json_option(parser)
+
+
+def _add_recovery_options(parser: argparse.ArgumentParser) -> None:
+    """`collect`'s options for failing well: the backoff, the hints' bound, the readiness wait, and
+    which closed rollouts a resume reopens."""
+    parser.add_argument(
+        "--backoff-initial",
+        type=_seconds_or_zero,
+        default=None,
+        metavar="SECONDS",
+        help="the least wait before a rollout's next attempt; each later one up to 3 times the last "
+        "(decorrelated jitter), 0 retries at once ($GYM_FAILURES_BACKOFF_INITIAL_S, else 1)",
+    )
+    parser.add_argument(
+        "--backoff-max",
+        type=_seconds_or_zero,
+        default=30.0,
+        metavar="SECONDS",
+        help="the longest backoff wait (30)",
+    )
+    parser.add_argument(
+        "--retry-after-max",
+        type=_seconds_or_zero,
+        default=300.0,
+        metavar="SECONDS",
+        help="the longest wait a failure's Retry-After, retry-after-ms or quota reset is honoured for (300)",
+    )
+    parser.add_argument(
+        "--wait-ready",
+        type=_seconds_or_zero,
+        default=None,
+        metavar="SECONDS",
+        help="how long the agent may take to accept connections, at the start and after a run of "
+        "transport failures, before the run ends with exit 1, budgets kept; 0: no wait, no pause "
+        "($GYM_FAILURES_WAIT_READY_S, else 60)",
+    )
+    parser.add_argument(
+        "--retry-terminal",
+        action="store_true",
+        help="on resume, also reopen rollouts closed by a failure the agent marked terminal (within "
+        "--max-attempts; rollouts closed by the budget reopen whenever --max-attempts is raised)",
+    )
 
 
 def _output_argument(text: str) -> Path:
@@ -599,6 +653,7 @@ _FLAGS = {"agent_url": "--agent-url", "input_path": "INPUT", "output_path": "--o
 # The collection's messages name its fields and options; the command line names its flags.
 _FLAG_WORDS = (
     ("num_repeats", "--num-repeats"),
+    ("wait_ready_s", "--wait-ready"),
     ("force the resume", "pass --force-resume"),
     ("output path", "--output"),
 )
@@ -680,7 +735,7 @@ def _run_collect(arguments: argparse.Namespace) -> int:
 
     from gym_failures._loop import run as run_loop
     from gym_failures.cli._live import live_collection, metrics_endpoint
-    from gym_failures.collection import CollectionConfig
+    from gym_failures.collection import AgentDown, CollectionConfig
     from gym_failures.collection import collect as run_collection
     from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED, COLLECTION_RESUME_REFUSED
     from gym_failures.failures import NgFailureEvent
@@ -692,6 +747,10 @@ def _run_collect(arguments: argparse.Namespace) -> int:
     options: dict[str, Any] = {"max_attempts": arguments.max_attempts} if arguments.max_attempts else {}
     if arguments.agent_name is not None:
         options["agent_name"] = arguments.agent_name  # set only when named: a resumed run keeps its own
+    if arguments.backoff_initial is not None:
+        options["backoff_initial_s"] = arguments.backoff_initial
+    if arguments.wait_ready is not None:
+        options["wait_ready_s"] = arguments.wait_ready
     output = _output_path(arguments.output)
     try:
         config = CollectionConfig(
@@ -702,6 +761,9 @@ def _run_collect(arguments: argparse.Namespace) -> int:
             concurrency=arguments.concurrency,
             timeout_s=arguments.timeout,
             force_resume=arguments.force_resume,
+            backoff_max_s=arguments.backoff_max,
+            retry_after_max_s=arguments.retry_after_max,
+            retry_terminal=arguments.retry_terminal,
             **options,
         )
     except ValidationError as error:
@@ -728,6 +790,8 @@ def _run_collect(arguments: argparse.Namespace) -> int:
                     raise CommandError(f"--ray: {error}") from None
             else:
                 summary = run_loop(run_collection(config, on_progress))
+        except AgentDown as failure:  # the agent accepted no connection within --wait-ready
+            raise CommandError(_flag_words(failure.failure_reason, ()), status=EXIT_FAILED) from None
         except NgFailureEvent as failure:
             if failure.failure_kind == COLLECTION_DISPATCH_FAILED:  # every Ray worker was lost
                 raise CommandError(failure.failure_reason, status=EXIT_FAILED) from None

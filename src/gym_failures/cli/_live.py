@@ -3,10 +3,11 @@ progress bar on a terminal, plain lines otherwise) and its `/metrics` endpoint (
 
 On a terminal (stderr) the bar shows rollouts done of expected, this run's scored rollouts (as the
 gate counts them: a verdict, else a finite reward, and no gate class), its degraded, masked and
-gate-derived successes when there are any, final failures by class, attempts retried, the rate and
-the time left; it is transient. When stderr is no terminal (a CI log, a file) the same figures go out
-as one plain line every `PLAIN_INTERVAL_S` seconds and once at the end, so a log shows a long run
-moving without a line per rollout.
+gate-derived successes when there are any, final failures by class, attempts retried, the rollouts
+reopened and backing off, how long dispatch has waited for the agent to accept connections, the rate
+and the time left; it is transient. When stderr is no terminal (a CI log, a file) the same figures go
+out as one plain line every `PLAIN_INTERVAL_S` seconds and once at the end, so a log shows a long run
+moving without a line per rollout (and once when dispatch starts waiting for the agent).
 """
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ def counts_text(progress: CollectionProgress) -> str:
     text += f" · failed: {_by_class(progress.failed) or 'none'} · {progress.retried} retried"
     if progress.omitted:
         text += f" · {progress.omitted} omitted"
+    if progress.reopened:
+        text += f" · {progress.reopened} reopened"
+    if progress.backing_off:
+        text += f" · {progress.backing_off} backing off"
+    if progress.agent_wait_s is not None:
+        text += f" · waiting for the agent {progress.agent_wait_s:.0f} s"
     return text
 
 
@@ -104,10 +111,15 @@ def _plain_lines(stream: TextIO) -> Iterator[Callable[[CollectionProgress], None
     last: list[CollectionProgress] = []
     printed = [time.monotonic()]
 
+    waiting = [False]
+
     def update(progress: CollectionProgress) -> None:
         last[:] = [progress]
         now = time.monotonic()
-        if now - printed[0] >= PLAIN_INTERVAL_S:
+        # A wait for the agent is said when it starts: a log shows why nothing moves.
+        started_waiting = progress.agent_wait_s is not None and not waiting[0]
+        waiting[0] = progress.agent_wait_s is not None
+        if started_waiting or now - printed[0] >= PLAIN_INTERVAL_S:
             printed[0] = now
             print(_plain_line(progress), file=stream, flush=True)
 

@@ -78,7 +78,12 @@ by the boundary called. `model_request_error` is HTTP-shaped: classification ref
 
 def retry_after_s(headers: Mapping[str, str]) -> float | None:
     """The wait a `Retry-After` header asks for, in seconds (delta-seconds or an HTTP date), bounded to
-    0-`MAX_RETRY_AFTER_S`: a peer's number is not trusted to fit a float or a sleep."""
+    0-`MAX_RETRY_AFTER_S`: a peer's number is not trusted to fit a float or a sleep. A sub-second
+    `retry-after-ms` (milliseconds, as OpenAI's and Anthropic's APIs send it) is read first, as their
+    SDKs read it; one that is no finite number of at least 0 is ignored."""
+    milliseconds = _retry_after_ms(headers.get("retry-after-ms"))
+    if milliseconds is not None:
+        return milliseconds
     value = headers.get("Retry-After")
     if value is None:
         return None
@@ -94,6 +99,21 @@ def retry_after_s(headers: Mapping[str, str]) -> float | None:
     except (TypeError, ValueError, OverflowError):
         return None
     return min(max(0.0, wait), MAX_RETRY_AFTER_S)
+
+
+def _retry_after_ms(value: str | None) -> float | None:
+    """`retry-after-ms` in seconds, bounded; None when it is absent or no number of at least 0."""
+    if value is None:
+        return None
+    text = value.strip()
+    # A decimal number only: float() would also take "nan", "inf", "1e400" and "1_0".
+    whole, dot, fraction = text.partition(".")
+    if not (whole or fraction) or not (whole + fraction).isascii() or not (whole + fraction).isdigit():
+        return None
+    whole = whole.lstrip("0") or "0"
+    if len(whole) >= 12:  # past the bound in seconds: never convert a peer's long digit string
+        return MAX_RETRY_AFTER_S
+    return min(float(f"{whole}{dot}{fraction[:9]}") / 1000, MAX_RETRY_AFTER_S)
 
 
 def body_excerpt(body: str) -> str:

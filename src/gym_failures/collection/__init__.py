@@ -24,12 +24,19 @@ from gym_failures.rows import (
 )
 
 if TYPE_CHECKING:
-    from gym_failures.collection._run import CollectionConfig, CollectionSummary, Collector, collect
+    from gym_failures.collection._run import (
+        AgentDown,
+        CollectionConfig,
+        CollectionSummary,
+        Collector,
+        collect,
+    )
 
 __all__ = [
     "LEGACY_CLASS",
     "LEGACY_TERMINAL",
     "NONFINITE",
+    "AgentDown",
     "CollectionConfig",
     "CollectionSummary",
     "Collector",
@@ -45,7 +52,7 @@ __all__ = [
     "rollout_id",
 ]
 
-_RUN_NAMES = frozenset({"CollectionConfig", "CollectionSummary", "Collector", "collect"})
+_RUN_NAMES = frozenset({"AgentDown", "CollectionConfig", "CollectionSummary", "Collector", "collect"})
 
 
 def __getattr__(name: str) -> Any:

@@ -56,6 +56,15 @@ attempt never sent is always retried; one that may have reached the agent (timed
 sending) is retried unless `replay_possibly_delivered` is False, when it is final
 (`possibly_delivered`).
 
+Pacing (`gym_failures.collection._pacing`): a retried rollout waits before its next attempt, the
+backoff (`backoff_initial_s`, `backoff_max_s`) or the failure's own hint (`Retry-After`, a quota's
+reset; at most `retry_after_max_s`), written on its failure row as `_gf_retry_wait_s` and
+`_gf_retry_wait_from`; while it waits it holds no worker. With `wait_ready_s`, no attempt is sent until
+the agent accepts a connection, at the start and after `TRANSPORT_RUN` attempts in a row failed with
+the same transport kind; an agent that accepts none within `wait_ready_s` ends the run (`AgentDown`),
+the rollouts not yet final kept. A resume with a larger `max_attempts` reopens the rollouts the budget
+closed (and, with `retry_terminal`, those closed as terminal), continuing their attempt numbers.
+
 Each failure row carries the attempt's `RolloutFailure` record (`rollout_failure`): `source`
 `environment` when the agent answered with the failure, `collector` otherwise; `delivery` from the
 client's `HttpDetails.delivery` (`not_sent`, `unknown` -> `possibly_delivered`, `answered` ->
@@ -98,6 +107,7 @@ lock two different files. `flock` is POSIX: collection runs on Linux and macOS.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import fcntl
 import hashlib
@@ -114,14 +124,33 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import yarl
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from gym_failures import nemo_gym
 from gym_failures.client import map_transport_errors, raise_boundary_failure
+from gym_failures.collection._pacing import (
+    Backoff,
+    Clock,
+    RealClock,
+    WaitFrom,
+    accepts_connections,
+    retry_hint,
+)
 from gym_failures.failure_kinds import (
     COLLECTION_DISPATCH_FAILED,
     COLLECTION_RESUME_REFUSED,
     ENVIRONMENT_PROTOCOL_VIOLATION,
+    TRANSPORT_LOCAL_RESOURCE,
+    TRANSPORT_PEER_DROP,
+    TRANSPORT_TIMEOUT,
+    TRANSPORT_UNREACHABLE,
 )
 from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureBoundary, FailureReport
 from gym_failures.failure_transport import FailureReportRow, RequestFailureLog
@@ -150,7 +179,7 @@ from gym_failures.materialized import (
 from gym_failures.redaction import redact, redact_values, url_secrets, url_without_secrets
 from gym_failures.reply import own_chain
 from gym_failures.rollout_failure import Delivery, EpisodeId, RolloutFailure, delivery_of
-from gym_failures.row_keys import FINAL, FINAL_REASON, TASK_ID, saved
+from gym_failures.row_keys import FINAL, FINAL_REASON, RETRY_WAIT_FROM, RETRY_WAIT_S, TASK_ID, saved
 from gym_failures.rows import (
     FAILURES_SUFFIX,
     JsonlScan,
@@ -177,6 +206,38 @@ _IDENTITY = ("input_sha256", "num_repeats")
 """The manifest's fields that name the run; only these must match to resume."""
 
 
+BACKOFF_INITIAL_ENV = "GYM_FAILURES_BACKOFF_INITIAL_S"
+WAIT_READY_ENV = "GYM_FAILURES_WAIT_READY_S"
+DEFAULT_BACKOFF_INITIAL_S = 1.0
+DEFAULT_BACKOFF_MAX_S = 30.0
+DEFAULT_RETRY_AFTER_MAX_S = 300.0
+DEFAULT_WAIT_READY_S = 60.0
+TRANSPORT_RUN = 3
+"""Attempts in a row, across rollouts, failed by the collector with the same transport kind: dispatch
+pauses and probes the agent (`wait_ready_s`) before the next."""
+_TRANSPORT_KINDS = frozenset(
+    {TRANSPORT_UNREACHABLE, TRANSPORT_PEER_DROP, TRANSPORT_TIMEOUT, TRANSPORT_LOCAL_RESOURCE}
+)
+READY_PROBE_INTERVAL_S = 0.5
+"""Between two readiness probes (NeMo Gym's own client waits 0.5 s between connection retries)."""
+
+
+def _env_seconds(name: str, default: float) -> float:
+    """A default in seconds from the environment variable `name`, else `default` (warned when it is
+    no finite number of at least 0)."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        LOGGER.warning("%s=%.40r is not a number of seconds; using %g", name, text, default)
+        return default
+    return value
+
+
 class CollectionConfig(BaseModel):
     """What one collection run does."""
 
@@ -200,6 +261,31 @@ class CollectionConfig(BaseModel):
     """Retry an attempt that may have reached the agent (timed out or reset after sending). An agent
     that cannot run an episode twice safely sets this to False: such an attempt is then final
     (`final_reason` `possibly_delivered`). An attempt never sent is always retried within the budget."""
+    backoff_initial_s: float = Field(
+        default_factory=lambda: _env_seconds(BACKOFF_INITIAL_ENV, DEFAULT_BACKOFF_INITIAL_S),
+        ge=0,
+        allow_inf_nan=False,
+    )
+    """The least wait before a rollout's next attempt (1 s, or `GYM_FAILURES_BACKOFF_INITIAL_S`); each
+    later wait is drawn up to three times the one before (decorrelated jitter), never past
+    `backoff_max_s`. 0 retries at once. A failure's own hint (`Retry-After`) takes its place."""
+    backoff_max_s: float = Field(default=DEFAULT_BACKOFF_MAX_S, ge=0, allow_inf_nan=False)
+    """The longest backoff wait (30 s); it caps `backoff_initial_s` too."""
+    retry_after_max_s: float = Field(default=DEFAULT_RETRY_AFTER_MAX_S, ge=0, allow_inf_nan=False)
+    """The longest wait a failure's hint is honoured for (300 s): its `Retry-After` (seconds, an HTTP
+    date, or `retry-after-ms`) or a quota's reset time; a longer hint waits this long."""
+    wait_ready_s: float = Field(
+        default_factory=lambda: _env_seconds(WAIT_READY_ENV, DEFAULT_WAIT_READY_S),
+        ge=0,
+        allow_inf_nan=False,
+    )
+    """How long the agent may take to accept connections (60 s, or `GYM_FAILURES_WAIT_READY_S`), before
+    the first attempt and whenever dispatch pauses after a run of transport failures; past it the run
+    ends (`transport_unreachable`), the rollouts not yet final kept for the next run. 0: no readiness
+    wait and no pause, every attempt is dispatched as it comes."""
+    retry_terminal: bool = False
+    """Reopen, on resume, the rollouts closed by a failure the agent marked `terminal` (within the
+    budget); the rollouts closed by the budget are reopened whenever `max_attempts` is raised."""
 
     @field_validator("output_path")
     @classmethod
@@ -287,6 +373,9 @@ class CollectionSummary:
     failed_final: int = 0
     closed_on_resume: int = 0
     """Rollouts closed without a dispatch: their attempts already used up a lowered budget."""
+    reopened: int = 0
+    """Rollouts an earlier run closed (by the budget, or as terminal with `retry_terminal`) tried again:
+    the budget is now larger than their attempts."""
     attempts: int = 0
     dispatch_errors: int = 0
     """Attempts recorded as `collection_dispatch_failed`: an unexpected fault of the collector."""
@@ -519,12 +608,19 @@ def _pending(
     """Every rollout without a final outcome, at its next attempt number; and the rows that close
     the rollouts whose recorded attempts already use up the budget.
 
+    A rollout closed by the budget (`attempt_budget_exhausted`) is reopened when the budget is now
+    larger than its attempts, as NeMo Gym's resume does (nemo_gym/rollout_collection.py:2299, which
+    gates only successes, terminal rows and rollouts at the budget); one closed as `terminal` too when
+    `retry_terminal` is set; one closed as `possibly_delivered` never.
+
     A rollout has used as many attempts as its highest attempt number, or as its failure rows when
     they are more (NeMo Gym's rule, one attempt per sidecar row: older rows carry no attempt index).
     """
     done: set[str] = set()
     attempts: dict[str, int] = {}
     failure_rows: Counter[str] = Counter()
+    # Why each rollout was closed by a final failure row (every such row's reason).
+    closed: dict[str, set[object]] = {}
     # The last failure row of each rollout not yet done: what closes it when its budget is spent.
     last: dict[str, tuple[int, dict[str, Any]]] = {}
     for path in (config.output_path, config.failures_path):
@@ -538,12 +634,23 @@ def _pending(
             attempt = row.get("attempt")
             attempt = attempt if type(attempt) is int else 0
             attempts[key] = max(attempts.get(key, 0), attempt)
-            if "failure" not in row or row.get("final") is True:
+            if "failure" not in row:
                 done.add(key)
                 continue
-            failure_rows[key] += 1
+            failure_rows[key] += 1  # NeMo Gym counts every sidecar row as an attempt, a final one too
+            if row.get("final") is True:
+                closed.setdefault(key, set()).add(row.get("final_reason"))
+                continue
             if key not in last or attempt >= last[key][0]:
                 last[key] = (attempt, row)
+    reopenable = {"attempt_budget_exhausted", *(("terminal",) if config.retry_terminal else ())}
+    for key, reasons in closed.items():
+        if key in done:
+            continue
+        if reasons <= reopenable and max(attempts.get(key, 0), failure_rows[key]) < config.max_attempts:
+            summary.reopened += 1
+        else:
+            done.add(key)
         summary.invalid_lines += len(scan.invalid_lines)
         summary.not_persisted_rows += scan.not_persisted
         summary.scans.append(scan)
@@ -616,6 +723,8 @@ class _Seen:
     http_status: int | None = None
     exception_type: str | None = None
     body_excerpt: str = ""
+    retry_hint_s: float | None = None
+    """What the failure's hints ask to wait (`gym_failures.collection._pacing.retry_hint`)."""
 
 
 def _seen(failure: NgFailureEvent, agent_url: str) -> _Seen:
@@ -640,6 +749,7 @@ def _seen(failure: NgFailureEvent, agent_url: str) -> _Seen:
         http_status=status if status is not None and 100 <= status <= 599 else None,
         exception_type=failure.exception_type,
         body_excerpt=excerpt,
+        retry_hint_s=retry_hint(failure, None, FailureReport()),
     )
 
 
@@ -664,10 +774,100 @@ class AttemptRow:
     """No attempt follows: the rollout is done."""
     dispatch_error: bool = False
     """Recorded as `collection_dispatch_failed`: a fault of the collector, or a worker lost."""
+    retry_hint_s: float | None = None
+    """The wait the failure asked for (its `Retry-After`, a quota's reset), unbounded yet; else None."""
+    transport_kind: str | None = None
+    """The transport failure kind of a failure the collector saw itself (no reply came), else None."""
 
 
 AttemptFunction = Callable[[PendingRollout, int], Awaitable[AttemptRow]]
 """Dispatch attempt `n` of a rollout and return its row; never raises for a failed attempt."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A failed attempt's rollout goes on: after `wait_s` seconds, from `wait_from`."""
+
+    wait_s: float
+    wait_from: WaitFrom
+
+
+class AgentDown(CollectionFailure):
+    """The agent accepted no connection within `wait_ready_s`: the run ended, its open rollouts kept."""
+
+
+class _Schedule:
+    """Which rollout attempts are ready to send, and whether dispatch is paused for the agent.
+
+    Retries come before rollouts not yet tried; a rollout backing off is in neither until its wait
+    ends, so it holds no worker. `take` waits for one ready while dispatch is open."""
+
+    def __init__(self, rollouts: list[PendingRollout], paused: bool) -> None:
+        self.fresh: collections.deque[tuple[PendingRollout, int]] = collections.deque(
+            (rollout, rollout.next_attempt) for rollout in rollouts
+        )
+        self.retries: collections.deque[tuple[PendingRollout, int]] = collections.deque()
+        self.open = len(rollouts)
+        self.paused = paused
+        """No attempt is sent: the agent is being probed (`Collector._watch_agent`)."""
+        self.stopped = False
+        self.untried = {id(rollout) for rollout in rollouts}
+        """The rollouts not sent an attempt yet in this run."""
+        self.backing_off: set[asyncio.Task[None]] = set()
+        self.changed = asyncio.Condition()
+        self.streak: tuple[str | None, int] = (None, 0)
+
+    def _takeable(self) -> bool:
+        return self.stopped or self.open == 0 or (not self.paused and bool(self.retries or self.fresh))
+
+    async def take(self) -> tuple[PendingRollout, int] | None:
+        """The next attempt to send, or None when the run has no more (done, or stopped)."""
+        async with self.changed:
+            await self.changed.wait_for(self._takeable)
+            if self.stopped or self.open == 0:
+                return None
+            rollout, attempt = self.retries.popleft() if self.retries else self.fresh.popleft()
+            self.untried.discard(id(rollout))
+            return rollout, attempt
+
+    async def settle(self, rollout: PendingRollout, attempt: int, retry: Retry | None, clock: Clock) -> None:
+        """An attempt was recorded: its rollout is done, or ready again after its wait."""
+        if retry is None:
+            async with self.changed:
+                self.open -= 1
+                self.changed.notify_all()
+        elif retry.wait_s <= 0:
+            await self.ready(rollout, attempt + 1)
+        else:
+            task = asyncio.create_task(self._after(retry.wait_s, rollout, attempt + 1, clock))
+            self.backing_off.add(task)
+            task.add_done_callback(self.backing_off.discard)
+
+    async def _after(self, wait_s: float, rollout: PendingRollout, attempt: int, clock: Clock) -> None:
+        await clock.sleep(wait_s)
+        await self.ready(rollout, attempt)
+
+    async def ready(self, rollout: PendingRollout, attempt: int) -> None:
+        async with self.changed:
+            self.retries.append((rollout, attempt))
+            self.changed.notify_all()
+
+    async def pause(self) -> None:
+        async with self.changed:
+            self.paused = True
+            self.changed.notify_all()
+
+    async def resume(self, up: bool) -> None:
+        """The probe ended: dispatch goes on when the agent is `up`, else the run stops."""
+        async with self.changed:
+            self.paused = False
+            self.stopped = not up
+            self.streak = (None, 0)
+            self.changed.notify_all()
+
+    def cancel(self) -> None:
+        for task in self.backing_off:
+            task.cancel()
 
 
 class Collector:
@@ -675,18 +875,28 @@ class Collector:
 
     The collector keeps the queue, the attempt budgets, the rows and the resume; what dispatches one
     attempt (`dispatcher`) is an `AttemptDispatcher` in this process, or Ray workers
-    (`gym_failures.ray.RayCollector`), each row coming back to the one `_save` point.
+    (`gym_failures.ray.RayCollector`), each row coming back to the one `_save` point. `clock` is what
+    it waits on (backoff, readiness): the loop's own, or a test's.
     """
 
+    paces_retries = True
+    """Whether a retried rollout waits (backoff, hints) before its next attempt, and the row says so."""
+
     def __init__(
-        self, config: CollectionConfig, on_progress: Callable[[CollectionProgress], None] | None = None
+        self,
+        config: CollectionConfig,
+        on_progress: Callable[[CollectionProgress], None] | None = None,
+        *,
+        clock: Clock | None = None,
     ) -> None:
         self.config = config
         self.on_progress = on_progress
         """Called with `progress` after every change: the live view's one hook."""
+        self.clock: Clock = clock or RealClock()
         self.summary = CollectionSummary()
         self.progress = CollectionProgress()
         self._secrets = url_secrets(config.agent_url)
+        self._backoff = Backoff(config.backoff_initial_s, config.backoff_max_s)
         self.run_id = ""
         """The run's id (the manifest's), known once `run` has checked the manifest."""
 
@@ -700,6 +910,7 @@ class Collector:
             rollouts, closing = _pending(config, inventory, self.summary)
             self.progress.expected = self.summary.expected
             self.progress.already_done = self.summary.already_done
+            self.progress.reopened = self.summary.reopened
             self._progress()
             with RowWriter(config.output_path) as successes, RowWriter(config.failures_path) as failures:
                 for row in closing:
@@ -723,24 +934,70 @@ class Collector:
         self, rollouts: list[PendingRollout], successes: RowWriter, failures: RowWriter
     ) -> None:
         """Bring every rollout to a final outcome, each attempt's row `record`ed here: `in_flight`
-        workers, each running one rollout's attempts through the `dispatcher` at a time."""
-        queue: asyncio.Queue[PendingRollout] = asyncio.Queue()
-        for rollout in rollouts:
-            queue.put_nowait(rollout)
+        workers, each sending one ready attempt at a time (a rollout backing off holds none); with
+        `wait_ready_s`, no attempt is sent until the agent accepts connections, nor after a run of
+        transport failures until it does again (`_watch_agent`)."""
         if not rollouts:
             return
+        watching = self.config.wait_ready_s > 0
+        schedule = _Schedule(rollouts, paused=watching)
         async with self.dispatcher() as attempt:
-            workers = [
-                asyncio.create_task(self._worker(attempt, queue, successes, failures))
+            tasks = [
+                asyncio.create_task(self._worker(attempt, schedule, successes, failures))
                 for _ in range(min(self.in_flight(), len(rollouts)))
             ]
+            watcher = asyncio.create_task(self._watch_agent(schedule)) if watching else None
             try:
-                await asyncio.gather(*workers)
+                await asyncio.gather(*tasks)
             finally:
-                for worker in workers:
-                    worker.cancel()
+                schedule.cancel()
+                for task in (*tasks, *([watcher] if watcher else [])):
+                    task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.gather(*workers, return_exceptions=True)
+                    await asyncio.gather(*tasks, *([watcher] if watcher else []), return_exceptions=True)
+                self.progress.backing_off = 0
+                self.progress.agent_wait_s = None
+        if schedule.stopped:
+            untried = len(schedule.untried)
+            raise AgentDown(
+                failure_kind=TRANSPORT_UNREACHABLE,
+                failure_reason=(
+                    f"the agent at {url_without_secrets(self.config.agent_url)} accepted no connection "
+                    f"within {self.config.wait_ready_s:g} s (wait_ready_s); {schedule.open} rollout(s) "
+                    f"have no final outcome yet ({untried} never tried, their budgets whole): collect "
+                    "again once it is up"
+                ),
+            )
+
+    async def _watch_agent(self, schedule: _Schedule) -> None:
+        """Whenever dispatch is paused (at the start, after a run of transport failures), probe the
+        agent until it accepts a connection, then resume; past `wait_ready_s`, stop the run."""
+        while True:
+            async with schedule.changed:
+                await schedule.changed.wait_for(lambda: schedule.paused or schedule.open == 0)
+                if schedule.open == 0:
+                    return
+            await schedule.resume(await self._agent_up())
+
+    async def _agent_up(self) -> bool:
+        """Whether the agent accepts a connection within `wait_ready_s` (probed every
+        `READY_PROBE_INTERVAL_S`); the wait shows in `progress.agent_wait_s`."""
+        clock, bound = self.clock, self.config.wait_ready_s
+        started = clock.monotonic()
+        connect_s = min(self.config.timeout_s, 10.0)
+        try:
+            while not await accepts_connections(self.config.agent_url, connect_s):
+                waited = clock.monotonic() - started
+                if waited >= bound:
+                    return False  # said once, by the run's end (`AgentDown`)
+                self.progress.agent_wait_s = waited
+                self._progress()
+                await clock.sleep(min(READY_PROBE_INTERVAL_S, bound - waited))
+            return True
+        finally:
+            if self.progress.agent_wait_s is not None:
+                self.progress.agent_wait_s = None
+                self._progress()
 
     def _progress(self) -> None:
         if self.on_progress is not None:
@@ -766,38 +1023,54 @@ class Collector:
         self._progress()
 
     async def _worker(
-        self,
-        attempt: AttemptFunction,
-        queue: asyncio.Queue[PendingRollout],
-        successes: RowWriter,
-        failures: RowWriter,
+        self, attempt: AttemptFunction, schedule: _Schedule, successes: RowWriter, failures: RowWriter
     ) -> None:
-        while True:
-            try:
-                rollout = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            await self._rollout(attempt, rollout, successes, failures)
-
-    async def _rollout(
-        self, dispatch: AttemptFunction, rollout: PendingRollout, successes: RowWriter, failures: RowWriter
-    ) -> None:
-        attempt = rollout.next_attempt
-        while self.record(await dispatch(rollout, attempt), successes, failures):
-            attempt += 1
+        while (item := await schedule.take()) is not None:
+            rollout, number = item
+            outcome = await attempt(rollout, number)
+            retry = self.record_attempt(outcome, successes, failures)
+            if outcome.transport_kind is not None and schedule.streak[0] == outcome.transport_kind:
+                schedule.streak = (outcome.transport_kind, schedule.streak[1] + 1)
+            else:
+                schedule.streak = (outcome.transport_kind, int(outcome.transport_kind is not None))
+            if schedule.streak[1] >= TRANSPORT_RUN and self.config.wait_ready_s > 0:
+                await schedule.pause()
+            await schedule.settle(rollout, number, retry, self.clock)
+            self.progress.backing_off = len(schedule.backing_off)
 
     def record(self, outcome: AttemptRow, successes: RowWriter, failures: RowWriter) -> bool:
         """Save one attempt's row (through `_save`) and count it; whether its rollout goes on."""
+        return self.record_attempt(outcome, successes, failures) is not None
+
+    def record_attempt(self, outcome: AttemptRow, successes: RowWriter, failures: RowWriter) -> Retry | None:
+        """Save one attempt's row (through `_save`) and count it; whether its rollout goes on, and
+        after what wait (written in the row, `_gf_retry_wait_s`, when `paces_retries`)."""
         self.summary.attempts += 1
         self.summary.dispatch_errors += outcome.dispatch_error
+        retry: Retry | None = None
+        key = str(outcome.row.get("rollout_id"))
+        if not outcome.succeeded and not outcome.final:
+            retry = self._retry(key, outcome) if self.paces_retries else Retry(0.0, "backoff")
+            if self.paces_retries:
+                outcome.row[RETRY_WAIT_S] = retry.wait_s
+                outcome.row[RETRY_WAIT_FROM] = retry.wait_from
+        else:
+            self._backoff.forget(key)
         self._save(successes if outcome.succeeded else failures, outcome.row)
         if outcome.succeeded:
             self.summary.succeeded += 1
-            return False
-        if outcome.final:
+        elif outcome.final:
             self.summary.failed_final += 1
-            return False
-        return True
+        return retry
+
+    def _retry(self, key: str, outcome: AttemptRow) -> Retry:
+        """The wait before a failed rollout's next attempt: the failure's hint, bounded by
+        `retry_after_max_s`, else the backoff."""
+        # Rounded to the millisecond: the row says the wait the clock is asked for, exactly.
+        if outcome.retry_hint_s is not None:
+            hint = min(max(outcome.retry_hint_s, 0.0), self.config.retry_after_max_s)
+            return Retry(round(hint, 3), "retry_after")
+        return Retry(round(self._backoff.wait(key), 3), "backoff")
 
 
 class AttemptDispatcher:
@@ -869,10 +1142,19 @@ class AttemptDispatcher:
         row[nemo_gym.FAILURE_TERMINAL] = final_reason in ("terminal", "possibly_delivered")
         row["rollout_failure"] = self._record(rollout, attempt, response.failure, seen)
         row.update(FailureReportRow.fields(report))
-        dispatch_error = (
-            seen.source == "collector" and response.failure.failure_kind == COLLECTION_DISPATCH_FAILED
+        kind = response.failure.failure_kind
+        dispatch_error = seen.source == "collector" and kind == COLLECTION_DISPATCH_FAILED
+        hint = seen.retry_hint_s
+        if hint is None and seen.source == "environment":
+            hint = retry_hint(None, response.failure, report)
+        return AttemptRow(
+            row,
+            succeeded=False,
+            final=final_reason is not None,
+            dispatch_error=dispatch_error,
+            retry_hint_s=hint,
+            transport_kind=kind if seen.source == "collector" and kind in _TRANSPORT_KINDS else None,
         )
-        return AttemptRow(row, succeeded=False, final=final_reason is not None, dispatch_error=dispatch_error)
 
     def _final_reason(self, failure: EpisodeFailure, seen: _Seen, attempt: int) -> str | None:
         """Why no attempt follows this failed one, or None when the rollout is retried."""
@@ -1034,7 +1316,11 @@ def read_episode_response(body: bytes, url: str) -> BaseEpisodeResponse:
 
 
 async def collect(
-    config: CollectionConfig, on_progress: Callable[[CollectionProgress], None] | None = None
+    config: CollectionConfig,
+    on_progress: Callable[[CollectionProgress], None] | None = None,
+    *,
+    clock: Clock | None = None,
 ) -> CollectionSummary:
-    """Run one collection (resuming what is on disk) and return its summary."""
-    return await Collector(config, on_progress).run()
+    """Run one collection (resuming what is on disk) and return its summary; `AgentDown` when the
+    agent accepts no connection within `wait_ready_s` (the rollouts not yet final are kept)."""
+    return await Collector(config, on_progress, clock=clock).run()

@@ -65,6 +65,7 @@ import ray
 import ray.exceptions
 
 from gym_failures.collection import CollectionConfig, CollectionSummary, RowWriter
+from gym_failures.collection._pacing import Clock
 from gym_failures.collection._run import AttemptDispatcher, AttemptRow, Collector, PendingRollout
 from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED
 from gym_failures.failures import CollectionFailure, exception_type_name
@@ -308,6 +309,10 @@ def _init_ray(address: str | None) -> None:
 class RayCollector(Collector):
     """A `Collector` whose attempts run on Ray workers, each with the config's concurrency.
 
+    A retried rollout backs off (or waits out its hint) on the driver, then goes back to the shared
+    queue, ahead of the rollouts not yet tried. No readiness wait: the driver may not reach the agent
+    the workers reach.
+
     `workers` is a number of workers started for the run and ended after it, or a `RayWorkers` pool
     (used, never ended, by the run). `address` is a Ray cluster's address (`ray.init(address)`) for
     workers started for the run; `None` joins the Ray this process already runs, else Ray's own
@@ -321,6 +326,7 @@ class RayCollector(Collector):
         *,
         workers: int | RayWorkers = 2,
         address: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if isinstance(workers, RayWorkers):
             if address is not None:
@@ -332,7 +338,7 @@ class RayCollector(Collector):
                 raise ValueError(f"workers must be a whole number of at least 1, not {workers!r}")
             self.pool = None
             self.worker_count = workers
-        super().__init__(config, on_progress)
+        super().__init__(config, on_progress, clock=clock)
         self.address = address
         self._key = ""
         """This run's key in the workers, new each run (the manifest's run id is kept across resumes)."""
@@ -346,6 +352,8 @@ class RayCollector(Collector):
         self._stopping = False
         """No attempt is sent any more: the attempts in flight come back, then the run ends."""
         self._changed = asyncio.Condition()
+        self._backing_off: set[asyncio.Task[None]] = set()
+        """Rollouts waiting out their backoff or hint, each put back in the queue when it ends."""
 
     async def run(self) -> CollectionSummary:
         # The workers start (a process each) while the driver takes its lock, reads the tasks and
@@ -379,7 +387,7 @@ class RayCollector(Collector):
             await asyncio.gather(*feeders)
             not_started = placement.result() if placement.done() else 0
         finally:
-            for task in (*feeders, placement, *up):
+            for task in (*feeders, placement, *up, *self._backing_off):
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*feeders, placement, *up, return_exceptions=True)
@@ -496,10 +504,14 @@ class RayCollector(Collector):
                     # `ActorUnavailableError` while it ran on), and its attempt finished after all.
                     continue
                 rollout, attempt = sent.pop(ticket)
-                if self.record(outcome, successes, failures):
+                retry = self.record_attempt(outcome, successes, failures)
+                if retry is None:
+                    finished += 1
+                elif retry.wait_s <= 0:
                     retries.append((rollout, attempt + 1))
                 else:
-                    finished += 1
+                    # Backing off: not this feeder's any more; any worker's once the wait ends.
+                    self._back_off(retry.wait_s, rollout, attempt + 1, queue)
             # A worker Ray cannot bring back hands its rollouts to the others, and its feeder ends.
             handed_back = gone is not None and not await self._restarted(worker)
             if handed_back:
@@ -511,6 +523,23 @@ class RayCollector(Collector):
                     self._changed.notify_all()
             if handed_back:
                 return
+
+    def _back_off(
+        self,
+        wait_s: float,
+        rollout: PendingRollout,
+        attempt: int,
+        queue: collections.deque[tuple[PendingRollout, int]],
+    ) -> None:
+        async def later() -> None:
+            await self.clock.sleep(wait_s)
+            async with self._changed:
+                queue.appendleft((rollout, attempt))  # ahead of the rollouts not yet tried
+                self._changed.notify_all()
+
+        task = asyncio.create_task(later())
+        self._backing_off.add(task)
+        task.add_done_callback(self._backing_off.discard)
 
     async def _restarted(self, worker: Any) -> bool:
         """Whether a lost worker is back (Ray restarts it: a new process) within the time a worker
@@ -611,10 +640,12 @@ async def collect_on_ray(
     *,
     workers: int | RayWorkers = 2,
     address: str | None = None,
+    clock: Clock | None = None,
 ) -> CollectionSummary:
     """Run one collection on Ray workers (resuming what is on disk) and return its summary: `workers`
-    started for the run and ended after it, or a `RayWorkers` pool's (left running)."""
-    return await RayCollector(config, on_progress, workers=workers, address=address).run()
+    started for the run and ended after it, or a `RayWorkers` pool's (left running). `clock` is what
+    the driver's backoff waits on (`Collector`)."""
+    return await RayCollector(config, on_progress, workers=workers, address=address, clock=clock).run()
 
 
 def _cluster_cpus() -> float:

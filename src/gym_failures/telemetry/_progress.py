@@ -115,6 +115,12 @@ class CollectionProgress:
     retried: int = 0
     """Failed attempts that will be dispatched again."""
     omitted: int = 0
+    reopened: int = 0
+    """Rollouts an earlier run closed that this run tries again (a raised budget, `retry_terminal`)."""
+    backing_off: int = 0
+    """Rollouts waiting out a backoff or a `Retry-After` before their next attempt."""
+    agent_wait_s: float | None = None
+    """Seconds dispatch has been paused waiting for the agent to accept connections; None when not."""
     failed_attempts_by_kind: dict[str, int] = field(default_factory=dict)
     """This run's failed attempts (final or retried) by kind, `(none)` for a failure without one."""
     started: float = field(default_factory=time.monotonic)

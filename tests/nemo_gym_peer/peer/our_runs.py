@@ -1,6 +1,9 @@
 """NeMo Gym's own resume planning, materialization and aggregation over run directories gym-failures wrote.
 
-Usage: `our_runs.py JOBS.json`, a list of `{"name", "run_dir", "input", "agent_name", "num_repeats"}`.
+Usage: `our_runs.py JOBS.json`, a list of `{"name", "run_dir", "input", "agent_name", "num_repeats"}`,
+each with an optional `max_attempts`: NeMo Gym's budget for its resume (`NEMO_GYM_MAX_ROLLOUT_ATTEMPTS`,
+read by `_get_max_rollout_attempts` at each resume, nemo_gym/rollout_collection.py:2299; else 3); such a
+job reports its resume plan only.
 For each run directory, NeMo Gym 0.7.0's own code does its part:
 
 - whether its `resume_from_cache` resumes the directory at all (the condition of `_run_from_config`,
@@ -22,6 +25,7 @@ materialized inputs it parses), and `result_means` (each `mean/<name>` of the re
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -90,6 +94,9 @@ def _plan(job: dict[str, Any]) -> dict[str, Any]:
         num_repeats=job["num_repeats"],
     )
     helper = RolloutCollectionHelper()
+    os.environ.pop("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", None)
+    if "max_attempts" in job:
+        os.environ["NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"] = str(job["max_attempts"])
     fresh = _fresh(helper, config)
     resumes = config.materialized_jsonl_fpath.exists() and Path(config.output_jsonl_fpath).exists()
     planned: list[list[int]] = []
@@ -101,6 +108,10 @@ def _plan(job: dict[str, Any]) -> dict[str, Any]:
             for row in input_rows
         )
         kept = len(results)
+    if "max_attempts" in job:
+        # A run collected to its end holds several failure rows of one rollout, which NeMo Gym's
+        # aggregation refuses as duplicates (it aggregates one attempt's rows): its plan only.
+        return {"resumes": resumes, "planned": planned, "kept_results": kept}
     successes = _rows(run_dir / "rollouts.jsonl")
     failures = _rows(run_dir / "rollouts_failures.jsonl")
     agent = job["agent_name"]
