@@ -26,7 +26,10 @@ Protocol with the agent server: `POST <agent_url>/run` with the JSON body
 `BaseEpisodeResponse` (exactly one of `result` or `failure`, and `failure_report`), with the
 `X-NG-Failure-Report` header. A non-2xx reply is the agent's failure (rebuilt with
 `raise_boundary_failure`); a reply that never arrives is the collector's own failure, of boundary
-`collection` and a transport kind, with the transport error as its cause.
+`collection` and a transport kind, with the transport error as its cause. That is the `gym-failures`
+agent protocol; with `agent_protocol` `nemo-gym` the collector speaks NeMo Gym's own agents' `/run`
+instead, the hooks `_payload`, `_read` and `_result_row` of `NemoGymDispatcher`
+(`gym_failures.collection._nemo_gym_protocol`).
 
 The collector's own failures, each recorded as a failed attempt (retried within the budget), never
 raised out of the run:
@@ -118,6 +121,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from gym_failures import nemo_gym
 from gym_failures.client import map_transport_errors, raise_boundary_failure
+from gym_failures.collection._protocols import GYM_FAILURES_PROTOCOL, NEMO_GYM_PROTOCOL, AgentProtocol
 from gym_failures.failure_kinds import (
     COLLECTION_DISPATCH_FAILED,
     COLLECTION_RESUME_REFUSED,
@@ -200,6 +204,10 @@ class CollectionConfig(BaseModel):
     """Retry an attempt that may have reached the agent (timed out or reset after sending). An agent
     that cannot run an episode twice safely sets this to False: such an attempt is then final
     (`final_reason` `possibly_delivered`). An attempt never sent is always retried within the budget."""
+    agent_protocol: AgentProtocol = GYM_FAILURES_PROTOCOL
+    """What `/run` the agent speaks: `gym-failures` (the protocol above), or `nemo-gym`, NeMo Gym's own
+    agents' `/run` (`gym_failures.collection._nemo_gym_protocol`: the materialized row in, the flat
+    verify response out, stored as NeMo Gym stores it)."""
 
     @field_validator("output_path")
     @classmethod
@@ -299,6 +307,8 @@ class CollectionSummary:
     """Rows on disk that NeMo Gym marked never to be saved: ignored by the resume."""
     invalid_materialized_lines: int = 0
     """Lines of the run's materialized inputs that name no rollout (or one already named): skipped."""
+    omitted: int = 0
+    """Attempts whose reply NeMo Gym's protocol marks never to be saved (`_ng_no_persist`): no row."""
     scans: list[JsonlScan] = field(default_factory=list)
 
 
@@ -312,6 +322,8 @@ class PendingRollout:
     next_attempt: int
     agent_name: str = "agent"
     """Its rows' `agent_ref.name`."""
+    materialized: dict[str, Any] = field(default_factory=dict)
+    """Its materialized row, as the run's materialized inputs hold it: what the `nemo-gym` protocol sends."""
 
 
 def _digest(path: Path) -> str:
@@ -469,6 +481,7 @@ def _write_manifest(config: CollectionConfig, manifest: _Manifest, expected: int
         **manifest.identity,
         "expected_rollouts": expected,
         "run_id": manifest.run_id,
+        "agent_protocol": config.agent_protocol,
     }
     _write_atomic(config.manifest_path, json.dumps(document, indent=2) + "\n")
 
@@ -565,7 +578,7 @@ def _pending(
             )
             continue
         rollouts.append(
-            PendingRollout(item.task_index, item.rollout_index, task_of(item.row), used + 1, agent)
+            PendingRollout(item.task_index, item.rollout_index, task_of(item.row), used + 1, agent, item.row)
         )
     return rollouts, closing
 
@@ -655,6 +668,9 @@ class AttemptRow:
     """No attempt follows: the rollout is done."""
     dispatch_error: bool = False
     """Recorded as `collection_dispatch_failed`: a fault of the collector, or a worker lost."""
+    persisted: bool = True
+    """False for a NeMo Gym reply marked never to be saved (`_ng_no_persist`): no row is written, the
+    attempt is counted as omitted, and the rollout waits for a resume, as NeMo Gym leaves it."""
 
 
 AttemptFunction = Callable[[PendingRollout, int], Awaitable[AttemptRow]]
@@ -707,7 +723,7 @@ class Collector:
     @contextlib.asynccontextmanager
     async def dispatcher(self) -> AsyncIterator[AttemptFunction]:
         """What dispatches one attempt, for the run's duration: here, this process's client session."""
-        async with AttemptDispatcher(self.config, self.run_id) as dispatcher:
+        async with dispatcher_for(self.config, self.run_id) as dispatcher:
             yield dispatcher.row
 
     async def dispatch_rollouts(
@@ -781,6 +797,13 @@ class Collector:
         """Save one attempt's row (through `_save`) and count it; whether its rollout goes on."""
         self.summary.attempts += 1
         self.summary.dispatch_errors += outcome.dispatch_error
+        if not outcome.persisted:
+            self.summary.omitted += 1
+            omitted = RolloutOutcome("omitted", final=False)
+            record_rollout(omitted, self.config.agent_name)
+            self.progress.add(omitted)
+            self._progress()
+            return False
         self._save(successes if outcome.succeeded else failures, outcome.row)
         if outcome.succeeded:
             self.summary.succeeded += 1
@@ -837,9 +860,7 @@ class AttemptDispatcher:
     ) -> AttemptRow:
         row = _base_row(rollout, attempt)
         if response.result is not None:
-            row.update(_success_fields(response.result))
-            row.update(FailureReportRow.fields(report))
-            return AttemptRow(row, succeeded=True, final=True)
+            return self._result_row(rollout, attempt, row, response.result, report, seen)
         assert response.failure is not None
         final_reason = self._final_reason(response.failure, seen, attempt)
         failure = response.failure.model_dump(mode="json")
@@ -862,6 +883,32 @@ class AttemptDispatcher:
             seen.source == "collector" and response.failure.failure_kind == COLLECTION_DISPATCH_FAILED
         )
         return AttemptRow(row, succeeded=False, final=final_reason is not None, dispatch_error=dispatch_error)
+
+    def _result_row(
+        self,
+        rollout: PendingRollout,
+        attempt: int,
+        row: dict[str, Any],
+        result: dict[str, Any],
+        report: FailureReport,
+        seen: _Seen,
+    ) -> AttemptRow:
+        """The row of an attempt the agent answered with a result (`row` holds the base keys)."""
+        row.update(_success_fields(result))
+        row.update(FailureReportRow.fields(report))
+        return AttemptRow(row, succeeded=True, final=True)
+
+    def _payload(self, rollout: PendingRollout, attempt: int) -> dict[str, Any]:
+        """The `/run` body of attempt `attempt` of `rollout`."""
+        return {
+            "task": rollout.task,
+            "rollout_id": rollout_id(rollout.task_index, rollout.rollout_index),
+            "attempt": attempt,
+        }
+
+    def _read(self, body: bytes, url: str) -> BaseEpisodeResponse:
+        """A 2xx reply's `body` as an episode response (a `CollectionFailure` when it is none)."""
+        return read_episode_response(body, url)
 
     def _final_reason(self, failure: EpisodeFailure, seen: _Seen, attempt: int) -> str | None:
         """Why no attempt follows this failed one, or None when the rollout is retried."""
@@ -895,11 +942,7 @@ class AttemptDispatcher:
         """One attempt's outcome, the report observed for it and what the collector saw of the
         exchange; never raises for a failed attempt."""
         url = _run_url(self.config.agent_url)
-        payload = {
-            "task": rollout.task,
-            "rollout_id": rollout_id(rollout.task_index, rollout.rollout_index),
-            "attempt": attempt,
-        }
+        payload = self._payload(rollout, attempt)
         with RequestFailureLog.capture() as log:
             try:
                 response, status = await self._exchange(session, url, payload)
@@ -949,7 +992,7 @@ class AttemptDispatcher:
                 )
                 raise failure from error
             assert status is not None
-            return read_episode_response(body, url), status
+            return self._read(body, url), status
         except CollectionFailure as failure:
             if failure.http_details is None and status is not None:
                 # A reply came, and the collector refused it: delivered.
@@ -970,6 +1013,15 @@ class AttemptDispatcher:
                 failure_reason=f"{target}: the collector failed unexpectedly ({type(error).__name__})",
                 exception_type=exception_type_name(error),
             ) from error
+
+
+def dispatcher_for(config: CollectionConfig, run_id: str) -> AttemptDispatcher:
+    """The dispatcher of `config`'s agent protocol (`CollectionConfig.agent_protocol`)."""
+    if config.agent_protocol == NEMO_GYM_PROTOCOL:
+        from gym_failures.collection._nemo_gym_protocol import NemoGymDispatcher
+
+        return NemoGymDispatcher(config, run_id)
+    return AttemptDispatcher(config, run_id)
 
 
 def _answered(safe_url: str, status: int | None) -> HttpDetails:
