@@ -149,7 +149,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         )  # fmt: skip
         resumable = root / "resumable"
         world.collect(resumable, tasks["resumable"], disable_health_check=True)
-        before = set(_lines(resumable / "rollouts.jsonl")) | set(_lines(resumable / "rollouts_failures.jsonl"))
+        before = {*_lines(resumable / "rollouts.jsonl"), *_lines(resumable / "rollouts_failures.jsonl")}
         resumed_exit, _, _ = run_cli(
             "collect", tasks["resumable"], "--agent-url", url, "--output", resumable, "--max-attempts", "2",
         )  # fmt: skip
@@ -227,14 +227,16 @@ def test_no_attempt_was_refused_for_its_request(runs: Runs) -> None:
 
 def test_nemo_gym_aggregates_our_run_as_its_own(runs: Runs) -> None:
     ours, theirs = runs.ours_aggregated, runs.nemo_gym_aggregated
-    assert ours.error is None and theirs.error is None
+    assert ours.error is None
+    assert theirs.error is None
     assert ours.agent_metrics == theirs.agent_metrics
     assert (ours.masked, ours.measured) == (theirs.masked, theirs.measured)
 
 
 def test_nemo_gym_resumes_our_run_as_its_own(runs: Runs) -> None:
     ours, theirs = runs.ours_resumed_by_nemo_gym, runs.nemo_gym_resumed
-    assert ours.error is None and theirs.error is None
+    assert ours.error is None
+    assert theirs.error is None
     assert ours.resume == theirs.resume
     assert ours.dispatched == theirs.dispatched == [(8, 0, 0)], "only the kill-shaped rollout"
 
@@ -246,10 +248,12 @@ def test_our_resume_of_a_nemo_gym_run_speaks_nemo_gym_unasked(runs: Runs) -> Non
     rows = _lines(runs.resumable / "rollouts.jsonl") + _lines(runs.resumable / "rollouts_failures.jsonl")
     assert runs.resumable_before <= set(rows), "no row NeMo Gym wrote is lost"
     added = [json.loads(line) for line in rows if line not in runs.resumable_before]
-    assert sorted((row["_ng_task_index"], row.get("_ng_attempt_index", 0)) for row in added) == [(1, 1), (2, 1)]
+    attempts = sorted((row["_ng_task_index"], row.get("_ng_attempt_index", 0)) for row in added)
+    assert attempts == [(1, 1), (2, 1)]
     assert all("_ng_failure_class" not in row for row in added), "both succeeded at their second attempt"
     manifest = json.loads((runs.resumable / "rollouts.manifest.json").read_text())
     assert manifest["agent_protocol"] == "nemo-gym"
     after = runs.resumed_by_nemo_gym_after
-    assert after.error is None and after.resume is not None
+    assert after.error is None
+    assert after.resume is not None
     assert (after.resume["to_run"], after.dispatched) == (0, [])
