@@ -60,7 +60,10 @@ def default_protocol(rows: Path) -> AgentProtocol:
 def _manifest_protocol(manifest: Path) -> AgentProtocol:
     try:
         with manifest.open("rb") as handle:
-            found = json.loads(handle.read(_MAX_MANIFEST_BYTES + 1)[:_MAX_MANIFEST_BYTES])
+            data = handle.read(_MAX_MANIFEST_BYTES + 1)
+        if len(data) > _MAX_MANIFEST_BYTES:
+            return GYM_FAILURES_PROTOCOL
+        found = json.loads(data)
     except (OSError, ValueError, RecursionError):
         return GYM_FAILURES_PROTOCOL
     protocol = found.get("agent_protocol") if isinstance(found, dict) else None
