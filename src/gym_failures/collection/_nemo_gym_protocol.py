@@ -1,11 +1,12 @@
 """The `nemo-gym` agent protocol: the collector speaks NeMo Gym 0.7.0's own agents' `/run`.
 
 A NeMo Gym agent server (`SimpleResponsesAPIAgent` and the agents NeMo Gym bundles) takes a
-`BaseRunRequest` (`responses_create_params` required, `nemo_gym/base_resources_server.py`) and answers
+`BaseRunRequest` (`responses_create_params` required, `nemo_gym/base_resources_server.py:95`) and answers
 the verifier's flat response. With `CollectionConfig.agent_protocol` `nemo-gym` (`collect
 --agent-protocol nemo-gym`) the collector sends and stores what NeMo Gym's collector does
-(`nemo_gym/rollout_collection.py`, `_run_examples_with_metadata` and `_run_from_config`), so that the
-rows of such a run read as NeMo Gym's own and NeMo Gym's resume and aggregation take them:
+(`nemo_gym/rollout_collection.py`: `_run_examples_with_metadata` sends, `:3426`; `_run_from_config`
+stores, `:2597`-`:2720`), so that the rows of such a run read as NeMo Gym's own and NeMo Gym's resume
+and aggregation take them:
 
 - The request (`run_request`) is the rollout's materialized row as the run's materialized inputs hold
   it (the input row, `agent_ref`, `_ng_task_index`, `_ng_rollout_index`: NeMo Gym sends the row itself,
