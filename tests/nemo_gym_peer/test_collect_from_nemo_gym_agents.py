@@ -1,7 +1,7 @@
 """`gym-failures collect --agent-protocol nemo-gym` collects from NeMo Gym 0.7.0's own agent server.
 
-One world for the module (`NemoGymWorld`: NeMo Gym's head server, an agent on its
-`SimpleResponsesAPIAgent`, a resources server, its `legacy_agent` relay), and every run made up front:
+The session's world (`peer_world`: NeMo Gym's head server, an agent on its `SimpleResponsesAPIAgent`,
+a resources server, its `legacy_agent` relay), and every run made up front:
 NeMo Gym's own collector and gym-failures' collector over the same input, each into its own run
 directory, one attempt a rollout (NeMo Gym's collector makes one; `--max-attempts 1` makes ours make
 one too). The tests then compare the two runs' files row by row, and what NeMo Gym's aggregation and
@@ -14,6 +14,7 @@ Gym's: gym-failures' bookkeeping (`OURS`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Iterator
@@ -120,13 +121,13 @@ def _rows(path: Path) -> dict[tuple[int, int], dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+def runs(tmp_path_factory: pytest.TempPathFactory, peer_world: NemoGymWorld) -> Iterator[Runs]:
     root = tmp_path_factory.mktemp("ng_agent_runs")
     tasks = {
         "mix": _write_tasks(root / "input" / "mix.jsonl", MIX),
         "resumable": _write_tasks(root / "input" / "resumable.jsonl", RESUMABLE),
     }
-    with NemoGymWorld(cwd=root) as world:
+    with contextlib.nullcontext(peer_world) as world:
         url = world.urls[world.agent_name]
         nemo_gym = world.collect(root / "nemo_gym", tasks["mix"], disable_health_check=True)
         ours = root / "ours"
