@@ -52,8 +52,8 @@ from gym_failures import nemo_gym
 from gym_failures.collection._run import (
     AttemptDispatcher,
     AttemptRow,
+    AttemptSeen,
     PendingRollout,
-    _Seen,
 )
 from gym_failures.failure_kinds import ENVIRONMENT_PROTOCOL_VIOLATION
 from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureReport
@@ -214,7 +214,7 @@ class NemoGymDispatcher(AttemptDispatcher):
         row: dict[str, Any],
         result: dict[str, Any],
         report: FailureReport,
-        seen: _Seen,
+        seen: AttemptSeen,
     ) -> AttemptRow:
         stored = nemo_gym_row(result, self._request(rollout, attempt))
         stored["rollout_id"] = rollout_id(rollout.task_index, rollout.rollout_index)

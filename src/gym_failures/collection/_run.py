@@ -622,6 +622,10 @@ class _Seen:
     body_excerpt: str = ""
 
 
+AttemptSeen = _Seen
+"""What the collector saw of one attempt's exchange, by the name the protocol hooks' overrides use."""
+
+
 def _seen(failure: NgFailureEvent, agent_url: str) -> _Seen:
     """`failure`'s source and delivery, from the HTTP details the client helpers kept on it."""
     details = failure.http_details
