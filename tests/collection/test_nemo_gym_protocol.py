@@ -5,6 +5,7 @@ tests/nemo_gym_peer/test_collect_from_nemo_gym_agents.py."""
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -189,8 +190,6 @@ def test_a_manifest_over_its_bound_is_not_read(tmp_path: Path) -> None:
 
 @given(st.binary(max_size=128))
 def test_any_manifest_or_row_gives_a_protocol(content: bytes) -> None:
-    import tempfile
-
     with tempfile.TemporaryDirectory() as directory:
         rows = Path(directory) / "rollouts.jsonl"
         rows.write_bytes(content)
@@ -318,3 +317,56 @@ def test_the_command_line_names_the_protocols(tmp_path: Path) -> None:
     assert code == 2
     assert "gym-failures" in err
     assert "nemo-gym" in err
+
+
+# Any 2xx reply becomes a row
+
+
+FLAT_REPLIES = st.fixed_dictionaries(
+    {},
+    optional={
+        "reward": JSON_VALUES,
+        "_ng_failure_class": JSON_VALUES,
+        "_ng_failure_terminal": JSON_VALUES,
+        "_ng_failure_stage": JSON_VALUES,
+        "_ng_no_persist": JSON_VALUES,
+        "error": JSON_VALUES,
+        "failure_reason": st.text(max_size=3000),
+        "reuse_cached_deliverable": JSON_VALUES,
+        "_ng_task_index": JSON_VALUES,
+    },
+).flatmap(lambda fixed: st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=3).map(fixed.__or__))
+
+
+@given(FLAT_REPLIES, st.integers(min_value=1, max_value=4))
+def test_any_flat_reply_is_a_row_in_the_file_nemo_gym_would_write_it_to(
+    reply: dict[str, Any], attempt: int
+) -> None:
+    from gym_failures.collection._nemo_gym_protocol import NemoGymDispatcher
+    from gym_failures.collection._run import AttemptSeen, PendingRollout
+    from gym_failures.failure_records import BaseEpisodeResponse, FailureReport
+
+    with tempfile.TemporaryDirectory() as directory:
+        tasks = Path(directory) / "tasks.jsonl"
+        tasks.write_text("{}\n")
+        config = CollectionConfig(
+            input_path=tasks, output_path=Path(directory) / "rows.jsonl", agent_url=URL, max_attempts=3
+        )
+        dispatcher = NemoGymDispatcher(config, "run")
+        rollout = PendingRollout(3, 1, {"id": "t-0"}, attempt, "simple_agent", _materialized())
+        seen = AttemptSeen(source="environment", delivery="delivered", http_status=200)
+        outcome = dispatcher.outcome_row(
+            rollout, attempt, BaseEpisodeResponse(result=reply), FailureReport(), seen
+        )
+    row = outcome.row
+    json.dumps(row, allow_nan=False)
+    assert (row["_ng_task_index"], row["_ng_rollout_index"], row["rollout_id"]) == (3, 1, "3:1")
+    if reply.get("_ng_no_persist"):
+        assert not outcome.persisted
+    elif reply.get("_ng_failure_class") is None:
+        assert (outcome.succeeded, outcome.final) == (True, True)
+    else:
+        assert not outcome.succeeded
+        final = reply.get("_ng_failure_terminal") is True or attempt >= 3
+        assert (outcome.final, row["_gf_final"]) == (final, final)
+        assert row["rollout_failure"]["failure"]["terminal"] is (reply.get("_ng_failure_terminal") is True)
