@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: test lint typecheck unit docs chromium nemo-gym bench fuzz demo clean
+.PHONY: test lint typecheck unit docs chromium nemo-gym nemo-gym-test bench fuzz demo clean
 
 # The real NeMo Gym 0.7.0, a test peer: its collector, resume, aggregation, record models and server
 # classes run in their own Python 3.13 venv (0.7.0 asks for Python >= 3.13.14; pyenv's 3.13 runs it,
@@ -35,6 +35,10 @@ $(NG_STAMP): tests/nemo_gym_peer/requirements.txt pyproject.toml
 	touch $(NG_STAMP)
 
 nemo-gym: $(NG_STAMP)
+
+# Only the tests where the real NeMo Gym 0.7.0 does its part (`make test` runs them too).
+nemo-gym-test: $(STAMP) $(NG_STAMP)
+	$(BIN)/pytest tests/nemo_gym_peer
 
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[demo]'

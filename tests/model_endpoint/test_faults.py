@@ -18,7 +18,16 @@ from gym_failures.model_endpoint import (
     parse_fault_header,
 )
 from gym_failures.model_endpoint._apis import read_call
-from gym_failures.model_endpoint._faults import MAX_COUNTED, MAX_TIMES, MAX_WAIT_S, ForcedFaults
+from gym_failures.model_endpoint._faults import (
+    MAX_AFTER,
+    MAX_COUNTED,
+    MAX_QUEUED,
+    MAX_TIMES,
+    MAX_WAIT_S,
+    ForcedFaults,
+    Scenario,
+)
+from gym_failures.model_endpoint._journal import MAX_ATTEMPTS, Journal
 
 PLAN = ModelEndpointPlan()
 
@@ -174,3 +183,119 @@ def _read_or_refuse(api: str, body: object) -> ModelCall | ModelFailure:
         return read_call(api, body, {})  # type: ignore[arg-type]
     except ModelFailure as failure:
         return failure
+
+
+def test_making_apps_never_piles_up_log_filters() -> None:
+    import logging
+
+    ModelEndpoint(plan=PLAN).app()
+    counts = [len(logging.getLogger(name).filters) for name in ("gym_failures.asgi", "uvicorn.error")]
+    ModelEndpoint(plan=PLAN).app()
+    ModelEndpoint(plan=PLAN).app()
+    assert [len(logging.getLogger(name).filters) for name in ("gym_failures.asgi", "uvicorn.error")] == counts
+
+
+@given(value=st.text(max_size=200))
+def test_the_announced_event_id_is_read_or_ignored(value: str) -> None:
+    """Whatever a server puts in `X-Gym-Fault-Event`, the hook reads an id a failure can carry, or
+    none (`observe_attempts` reads it from every reply)."""
+    from gym_failures.client._sdk import _announced_event
+
+    announced = _announced_event({"x-gym-fault-event": value})
+    if announced is not None:
+        assert announced == value
+        assert ModelFailure(
+            failure_kind="transport_peer_drop", failure_reason="x", event_id=announced
+        ).event_id
+    assert _announced_event({}) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        ("status; code=400", True),
+        ("status; code=599", True),
+        ("status; code=399", False),
+        ("status; code=600", False),
+        ("status; code=500.5", False),
+        (f"cut_stream; after={MAX_AFTER}", True),
+        (f"cut_stream; after={MAX_AFTER + 1}", False),
+        ("cut_stream; after=0", True),
+        ("cut_stream; after=-1", False),
+        (f"quota_429; retry_after_ms={int(MAX_WAIT_S * 1000)}", True),
+        (f"quota_429; retry_after_ms={int(MAX_WAIT_S * 1000) + 1}", False),
+        (f"paced; interval={MAX_WAIT_S:g}", True),
+        (f"paced; interval={MAX_WAIT_S + 1:g}", False),
+        ("none; times=1", True),
+        ("none; after=x", False),
+    ],
+)
+def test_the_new_parameters_at_their_bounds(value: str, accepted: bool) -> None:
+    if accepted:
+        parse_fault_header(value, PLAN)
+    else:
+        with pytest.raises(ValueError, match="X-Gym-Fault parameter"):
+            parse_fault_header(value, PLAN)
+
+
+def test_retry_after_ms_is_seconds_and_paced_has_a_default_interval() -> None:
+    assert parse_fault_header("quota_429; retry_after_ms=250", PLAN)[0].retry_after_s == 0.25
+    assert parse_fault_header("paced", PLAN)[0].interval_s == 0.05
+
+
+def test_the_queue_is_bounded_and_reset_forgets_it() -> None:
+    forced = ForcedFaults(PLAN)
+    for _ in range(MAX_QUEUED):
+        forced.push(Scenario(Fault("slow")))
+    with pytest.raises(ValueError, match="queue is full"):
+        forced.push(Scenario(Fault("slow")))
+    forced.reset()
+    assert forced.queued() == []
+    assert forced.fault_for(None) is None
+
+
+def test_a_scenario_for_times_then_gone_and_none_for_ever() -> None:
+    forced = ForcedFaults(PLAN)
+    forced.push(Scenario(Fault("none"), times=None, stream=True))
+    forced.push(Scenario(Fault("server_500"), times=1))
+    assert forced.fault_for(None, stream=True) is None  # the `none` scenario matches first, for ever
+    assert forced.fault_for(None, stream=True) is None
+    assert forced.fault_for(None).name == "server_500"  # type: ignore[union-attr]
+    assert forced.fault_for(None) is None
+    assert len(forced.queued()) == 1
+
+
+def test_the_journal_keeps_its_last_attempts() -> None:
+    journal = Journal()
+    for index in range(MAX_ATTEMPTS + 3):
+        journal.begin()
+        journal.add(request="r", route="/v1/responses", started_s=0, ended_s=0, status=200 + index % 2)
+    attempts = journal.attempts()
+    assert len(attempts) == MAX_ATTEMPTS
+    assert journal.dropped == 3
+    assert attempts[0].index == 3
+    assert journal.settled(0)
+
+
+def test_a_plan_draws_the_same_faults_from_the_same_seed() -> None:
+    plan = ModelEndpointPlan(rates={"server_500": 0.3, "slow": 0.3}, seed=11)
+    first, second = ForcedFaults(plan), ForcedFaults(plan)
+    draws = [getattr(first.fault_for(None), "name", None) for _ in range(50)]
+    assert draws == [getattr(second.fault_for(None), "name", None) for _ in range(50)]
+    assert {"server_500", "slow", None} == set(draws)
+    first.reset()
+    assert [getattr(first.fault_for(None), "name", None) for _ in range(50)] == draws
+    with pytest.raises(ValidationError):
+        ModelEndpointPlan(rates={"none": 0.1})
+
+
+def test_an_announced_id_the_request_observed_already_is_not_reused() -> None:
+    from gym_failures.client._sdk import _announced_event
+    from gym_failures.failure_transport import RequestFailureLog, observe_failure
+
+    with RequestFailureLog.capture():
+        observe_failure(
+            ModelFailure(failure_kind="model_server_error", failure_reason="x", event_id="seen-1")
+        )
+        assert _announced_event({"x-gym-fault-event": "seen-1"}) is None
+        assert _announced_event({"x-gym-fault-event": "fresh-1"}) == "fresh-1"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -71,3 +74,103 @@ def test_two_interrupts_during_shutdown_print_no_traceback() -> None:
         again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         again.bind(("127.0.0.1", port))
         again.listen()
+
+
+def test_serve_model_help_is_about_serve_model() -> None:
+    done = subprocess.run([*COMMAND, "--help"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("usage: gym-failures serve model")
+    for option in ("--verdict-file", "--rpm", "--tpm", "--latency", "--chunk-interval", "--metrics-port"):
+        assert option in done.stdout
+    assert "stopped" in done.stdout
+    assert "the gate failed" not in done.stdout  # the exit table of other commands
+    bare = subprocess.run(COMMAND[:-1], cwd=ROOT, capture_output=True, text=True)
+    assert bare.returncode == 2
+    assert "model" in bare.stderr
+
+
+def test_a_run_logs_only_what_went_wrong_unasked_and_writes_its_verdict(tmp_path: Path) -> None:
+    """Asked-for faults are one INFO line each; no ERROR line, no uvicorn line for a connection
+    dropped on purpose; metrics on --host; the verdict file written at Ctrl-C, which `gym-failures
+    verdict` reads (exit 1: the client below gave up and took a cut stream)."""
+    port, metrics_port = free_port(), free_port()
+    verdict_file = tmp_path / "verdict.json"
+    process = subprocess.Popen(
+        [
+            *COMMAND,
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(metrics_port),
+            "--verdict-file",
+            str(verdict_file),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_listening(port, process)
+        base = f"http://127.0.0.1:{port}"
+        body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}'
+        for fault in ("quota_429; retry_after=60", "server_500", "drop_connection", "cut_stream"):
+            request = urllib.request.Request(
+                f"{base}/v1/chat/completions", data=body, headers={"X-Gym-Fault": fault}, method="POST"
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=30) as reply:
+                    reply.read()
+            except (urllib.error.HTTPError, http.client.IncompleteRead):
+                pass
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as reply:
+            metrics = reply.read().decode()
+        process.send_signal(signal.SIGINT)
+        _, stderr_bytes = process.communicate(timeout=30)
+    finally:
+        stop(process)
+    stderr = stderr_bytes.decode()
+    assert f"metrics: http://127.0.0.1:{metrics_port}/metrics" in stderr
+    for fault in ("quota_429", "server_500", "drop_connection", "cut_stream"):
+        assert f'fault="{fault}"' in metrics
+    injected = [line for line in stderr.splitlines() if "injected fault" in line]
+    assert len(injected) == 4
+    assert all(" INFO " in line for line in injected)
+    assert " ERROR " not in stderr
+    assert "ASGI callable" not in stderr
+    assert "request failed" not in stderr
+    document = json.loads(verdict_file.read_text("utf-8"))
+    assert len(document["journal"]) == 4
+    findings = {finding["finding"] for finding in document["verdict"]["findings"]}
+    # One request (the same body) sent four times in a row: a 429 not waited for, and a cut stream
+    # taken as the answer; no backoff after the 500 and the drop when they came within 50 ms.
+    assert {"retry_after_ignored", "cut_stream_accepted"} <= findings
+    assert findings <= {"retry_after_ignored", "cut_stream_accepted", "no_backoff"}
+    done = subprocess.run(
+        [sys.executable, "-m", "gym_failures.cli", "verdict", str(verdict_file)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1
+    assert "cut_stream_accepted" in done.stdout
+
+
+def test_the_verdict_file_is_written_on_sigterm_too(tmp_path: Path) -> None:
+    """uvicorn raises the signal that stopped it again after its shutdown; a SIGTERM then ends the
+    process at once, so the file is written within the shutdown itself."""
+    port = free_port()
+    verdict_file = tmp_path / "verdict.json"
+    process = subprocess.Popen(
+        [*COMMAND, "--port", str(port), "--verdict-file", str(verdict_file)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_listening(port, process)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    finally:
+        stop(process)
+    document = json.loads(verdict_file.read_text("utf-8"))
+    assert document["journal"] == []
+    assert document["verdict"]["passed"] is True

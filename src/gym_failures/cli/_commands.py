@@ -56,7 +56,7 @@ from gym_failures.cli._app import (
     require_file,
     shell_path,
 )
-from gym_failures.cli._serve import add_serve
+from gym_failures.cli._serve import add_serve, add_verdict
 from gym_failures.cli._text import print_json, stderr_line
 
 if TYPE_CHECKING:
@@ -924,5 +924,6 @@ COMMANDS: Sequence[Callable[[Subcommands], None]] = (
     add_collect,
     add_demo,
     add_serve,
+    add_verdict,
 )
 """Every command, in the order `--help` lists them."""

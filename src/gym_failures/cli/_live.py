@@ -106,8 +106,8 @@ def _plain_lines(stream: TextIO) -> Iterator[Callable[[CollectionProgress], None
 
 
 @contextmanager
-def metrics_endpoint(port: int, service_name: str) -> Iterator[None]:
-    """`/metrics` on `port` while the block runs; one line and exit status 2 when it cannot be served
+def metrics_endpoint(port: int, service_name: str, host: str = "0.0.0.0") -> Iterator[None]:
+    """`/metrics` on `host:port` while the block runs; one line and exit status 2 when it cannot be served
     (the port is taken, say). The commands check the `prometheus` extra when they read their options
     (`require_extra`)."""
     import errno
@@ -116,7 +116,7 @@ def metrics_endpoint(port: int, service_name: str) -> Iterator[None]:
     from gym_failures.telemetry import MetricsUnavailable, serve_metrics
 
     try:
-        server = serve_metrics(port, service_name=service_name)
+        server = serve_metrics(port, host, service_name=service_name)
     except OSError as error:
         if error.errno == errno.EADDRINUSE:
             raise CommandError(f"port {port} is in use (--metrics-port)") from None

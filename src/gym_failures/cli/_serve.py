@@ -1,12 +1,25 @@
-"""`gym-failures serve model`: run the fault-injecting model endpoint (`gym_failures.model_endpoint`)."""
+"""`gym-failures serve model`: run the fault-injecting model endpoint (`gym_failures.model_endpoint`);
+`gym-failures verdict`: print its recovery verdict, exit status 1 when a finding fails it.
+
+Decisions:
+- `serve` takes the server as a subcommand (`serve model`), so `serve model --help` is the model
+  endpoint's own page: its options, its faults and its exit status.
+- `--verdict-file FILE` is written when the server stops, by Ctrl-C or SIGTERM: the verdict and the
+  journal it read, so `gym-failures verdict FILE --client ROWS` can judge it again with the client's
+  record.
+- `--metrics-port` listens on `--host`, as the endpoint does: a server bound to loopback must not
+  expose its metrics to the network.
+"""
 
 from __future__ import annotations
 
 import argparse
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gym_failures.cli._app import (
+    EXIT_FAILED,
     EXIT_OK,
     METRICS_MODULES,
     CommandError,
@@ -22,21 +35,43 @@ from gym_failures.cli._text import stderr_line
 if TYPE_CHECKING:
     import socket
 
-__all__ = ["FAULT_NAMES", "add_serve"]
+__all__ = ["FAULT_NAMES", "add_serve", "add_verdict"]
 
 # Named here, not imported: building the parser must not load the endpoint (starlette, pydantic) on
 # every start of the command line. A test keeps this list equal to `model_endpoint.FAULTS`.
 FAULT_NAMES = (
+    "none",
     "quota_429",
     "server_503",
     "server_500",
+    "status",
+    "context_window",
     "drop_connection",
     "cut_stream",
     "stream_failed",
+    "malformed_chunk",
+    "stall",
+    "slow_first_token",
     "slow",
+    "paced",
     "truncated",
     "empty",
+    "bad_tool_arguments",
+    "unknown_tool",
 )
+
+SERVE_MODEL_EXIT_HELP = """exit status:
+  0    stopped
+  2    nothing served: a bad option, a plan that is not valid, a busy port, an
+       extra that is not installed (one line on stderr says which)
+  130  interrupted (Ctrl-C): the server stopped, and --verdict-file was written"""
+
+VERDICT_EXIT_HELP = """exit status:
+  0    the client recovered: no failing finding (warnings may be listed)
+  1    a failing finding: retry_after_ignored, retried_non_retryable,
+       retry_storm, cut_stream_accepted or failed_stream_accepted
+  2    nothing judged: a file that is not a verdict file, an endpoint that
+       cannot be reached, a --client file that is not rows or a report"""
 
 
 def add_serve(commands: Subcommands) -> None:
@@ -45,31 +80,118 @@ def add_serve(commands: Subcommands) -> None:
         "serve",
         _run_serve,
         help="run a server from this library, for testing clients against real failure shapes",
-        description="serve model: an OpenAI- and Anthropic-compatible model endpoint with fault "
-        "injection: POST /v1/responses, /v1/chat/completions and /v1/messages (plain and streamed), "
-        "GET /v1/models and GET /health. Force a fault on one request with the header "
-        "`X-Gym-Fault: <name>` (parameters: `; times=N; retry_after=S; delay=S; id=X`); the faults: "
-        + ", ".join(FAULT_NAMES)
-        + " (docs/model_endpoint.md says what each does). Needs the demo extra.",
+        description="Run a server from this library: `serve model`, the fault-injecting model endpoint "
+        "(see `gym-failures serve model --help`).",
         extra="demo",
     )
-    parser.add_argument("server", choices=("model",), help="the server to run: model")
-    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1)")
-    parser.add_argument("--port", type=port_number, default=8000, help="the port to listen on (8000)")
-    parser.add_argument(
+    servers = parser.add_subparsers(
+        title="servers", metavar="{model}", dest="server", parser_class=type(parser), required=True
+    )
+    model = servers.add_parser(
+        "model",
+        help="an OpenAI- and Anthropic-compatible model endpoint that injects faults",
+        description=textwrap.fill(
+            "serve model: an OpenAI- and Anthropic-compatible model endpoint with fault injection: "
+            "POST /v1/responses, /v1/chat/completions and /v1/messages (plain and streamed), GET "
+            "/v1/models and GET /health; the control routes /_gym/journal, /_gym/verdict, "
+            "/_gym/faults and /_gym/reset. Force a fault on one request with the header "
+            "`X-Gym-Fault: <name>` (parameters: `; times=N; retry_after=S; retry_after_ms=MS; "
+            "delay=S; code=N; after=N; interval=S; id=X`); the faults: "
+            + ", ".join(FAULT_NAMES)
+            + " (docs/model_endpoint.md says what each does). Every reply with an injected fault "
+            "names it in X-Gym-Fault-Injected and X-Gym-Fault-Event. Needs the demo extra (the "
+            "serve extra adds uvloop and httptools).",
+            88,
+        ),
+        epilog=SERVE_MODEL_EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    model.set_defaults(run=_run_serve, extra="demo", command_name="serve", counts_skipped_lines=False)
+    model.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1)")
+    model.add_argument("--port", type=port_number, default=8000, help="the port to listen on (8000)")
+    model.add_argument(
         "--fault-plan",
         type=Path,
         default=None,
         metavar="FILE",
         help='a JSON plan of fault rates, e.g. {"rates": {"quota_429": 0.05}, "seed": 7}',
     )
-    parser.add_argument(
+    model.add_argument(
         "--api-key",
         default=None,
         metavar="KEY",
-        help="require this key (Bearer or x-api-key) on every /v1 request ($GYM_FAILURES_API_KEY)",
+        help="require this key (Bearer or x-api-key) on every /v1 and /_gym request ($GYM_FAILURES_API_KEY)",
     )
-    add_metrics_option(parser)
+    model.add_argument(
+        "--rpm", type=_per_minute, default=None, metavar="N", help="a requests-per-minute quota (429s)"
+    )
+    model.add_argument(
+        "--tpm", type=_per_minute, default=None, metavar="N", help="an input-tokens-per-minute quota (429s)"
+    )
+    model.add_argument(
+        "--latency", type=_seconds, default=None, metavar="S", help="delay every reply by S seconds"
+    )
+    model.add_argument(
+        "--chunk-interval",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="pace every stream: S seconds between its events",
+    )
+    model.add_argument(
+        "--verdict-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write the recovery verdict and the journal to FILE (JSON) when the server stops",
+    )
+    add_metrics_option(model)
+
+
+def add_verdict(commands: Subcommands) -> None:
+    parser = add_command(
+        commands,
+        "verdict",
+        _run_verdict,
+        help="print the model endpoint's verdict on a client's recovery; exit 1 when it failed",
+        description="Print the recovery verdict of `gym-failures serve model`: from a file its "
+        "--verdict-file wrote, or from a running endpoint's URL. With --client, a cut or failed "
+        "stream counts as noticed only if its event id is in the client's own record (rows a "
+        "collector saved, or a failure report).",
+        extra=None,
+    )
+    parser.epilog = VERDICT_EXIT_HELP
+    parser.add_argument("source", metavar="FILE|URL", help="a --verdict-file, or http://HOST:PORT")
+    parser.add_argument(
+        "--client",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="the client's record: rows (JSONL) or a failure report (JSON); repeatable",
+    )
+    parser.add_argument("--api-key", default=None, metavar="KEY", help="the endpoint's key, for a URL")
+    parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
+
+
+def _per_minute(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= 100_000_000:
+        raise argparse.ArgumentTypeError(f"{value} is out of range (1-100000000)")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text} is out of range (0-3600 s)")
+    return value
 
 
 def _run_serve(arguments: argparse.Namespace) -> int:
@@ -83,7 +205,7 @@ def _run_serve(arguments: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from gym_failures.cli._live import metrics_endpoint
-    from gym_failures.model_endpoint import ModelEndpoint, load_plan
+    from gym_failures.model_endpoint import ModelEndpoint, Quota, load_plan
     from gym_failures.redaction import MIN_KNOWN_SECRET, register_secret
 
     if arguments.fault_plan is not None:
@@ -96,16 +218,46 @@ def _run_serve(arguments: argparse.Namespace) -> int:
         ) from None
     except (ValueError, OSError) as error:
         raise CommandError(f"--fault-plan {arguments.fault_plan}: not a valid plan ({error})") from None
+    changes = {"latency_s": arguments.latency, "interval_s": arguments.chunk_interval}
+    plan = plan.model_copy(update={k: v for k, v in changes.items() if v is not None})
+    if arguments.verdict_file is not None and not arguments.verdict_file.parent.is_dir():
+        raise CommandError(f"--verdict-file {arguments.verdict_file}: no such directory")
     api_key = arguments.api_key or os.environ.get("GYM_FAILURES_API_KEY") or None
     if api_key and len(api_key) >= MIN_KNOWN_SECRET:
         register_secret(api_key)  # a failure text quoting it is scrubbed, whoever made it
     listening = _listen(arguments.host, arguments.port)
+    # One handler for the run (the command line's own warning handler would print every line twice).
+    library = logging.getLogger("gym_failures")
+    for handler in list(library.handlers):
+        library.removeHandler(handler)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = ModelEndpoint(plan=plan, api_key=api_key).app()
+    library.setLevel(logging.INFO)
+    quota = None
+    if arguments.rpm is not None or arguments.tpm is not None:
+        quota = Quota(rpm=arguments.rpm, tpm=arguments.tpm)
+    endpoint = ModelEndpoint(plan=plan, api_key=api_key, quota=quota)
+    app = endpoint.app()
+    written: list[bool] = []
+
+    def write_verdict() -> None:
+        if arguments.verdict_file is not None and not written:
+            written.append(True)
+            _write_verdict(endpoint, arguments.verdict_file)
+
+    class Server(uvicorn.Server):
+        # Written at the end of uvicorn's shutdown: after it, uvicorn raises the signal that stopped
+        # it again, and a SIGTERM's default action ends the process with no cleanup of ours.
+        async def shutdown(self, sockets: Any = None) -> None:
+            await super().shutdown(sockets=sockets)
+            write_verdict()
+
     with contextlib.ExitStack() as running:
         running.callback(listening.close)
+        running.callback(write_verdict)
         if arguments.metrics_port is not None:
-            running.enter_context(metrics_endpoint(arguments.metrics_port, "gym-failures-model"))
+            running.enter_context(
+                metrics_endpoint(arguments.metrics_port, "gym-failures-model", host=arguments.host)
+            )
         # uvicorn serves the socket bound above, and logs no start line for a socket it is given.
         host, port = listening.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
@@ -113,9 +265,118 @@ def _run_serve(arguments: argparse.Namespace) -> int:
         # The endpoint keeps nothing to start or stop: no lifespan, so a second Ctrl-C during
         # shutdown has no lifespan task to cancel (and no traceback of it to print).
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off")
-        server = uvicorn.Server(config)
+        server = Server(config)
         server.run(sockets=[listening])
     return EXIT_OK
+
+
+def _write_verdict(endpoint: Any, path: Path) -> None:
+    import json
+
+    from gym_failures.model_endpoint import verdict_document
+
+    attempts = endpoint.journal.attempts()
+    document = verdict_document(endpoint.verdict(), attempts, endpoint.journal.dropped)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    temporary.replace(path)
+    stderr_line(f"gym-failures serve: the verdict in {path}")
+
+
+def _run_verdict(arguments: argparse.Namespace) -> int:
+    import json
+
+    from pydantic import ValidationError
+
+    from gym_failures.model_endpoint import Attempt, client_record, judge
+
+    source: str = arguments.source
+    if source.startswith(("http://", "https://")):
+        document = _fetch_journal(source, arguments.api_key)
+        raw_attempts = document.get("attempts")
+    else:
+        path = Path(source)
+        require_file(path, source)
+        try:
+            document = json.loads(path.read_text("utf-8"))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise CommandError(f"{source}: not a verdict file (not JSON: {error})") from None
+        raw_attempts = document.get("journal") if isinstance(document, dict) else None
+    if not isinstance(raw_attempts, list):
+        raise CommandError(f"{source}: not a verdict file (no journal of attempts)")
+    try:
+        attempts = [Attempt.model_validate(item) for item in raw_attempts]
+    except ValidationError as error:
+        raise CommandError(f"{source}: not a verdict file: {_first_problem(error)}") from None
+    client = None
+    if arguments.client:
+        client = client_record(*(_client_file(path) for path in arguments.client))
+    verdict = judge(attempts, client)
+    if arguments.json:
+        print(verdict.model_dump_json(indent=1))
+    else:
+        print(verdict.text())
+    return EXIT_OK if verdict.passed else EXIT_FAILED
+
+
+def _fetch_journal(url: str, api_key: str | None) -> dict[str, Any]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    from gym_failures.redaction import url_without_secrets
+
+    shown = url_without_secrets(url)
+    request = urllib.request.Request(url.rstrip("/") + "/_gym/journal")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            document = json.loads(reply.read(64 << 20))
+    except urllib.error.HTTPError as error:
+        raise CommandError(f"{shown}: the endpoint answered {error.code}") from None
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        raise CommandError(f"{shown}: cannot read the journal ({type(error).__name__})") from None
+    if not isinstance(document, dict):
+        raise CommandError(f"{shown}: not a model endpoint's journal")
+    return document
+
+
+def _client_file(path: Path) -> list[object]:
+    """The records in a --client file: each JSON line (rows, reports, event ids), or one JSON value."""
+    import json
+
+    from gym_failures.failure_records import FailureReport
+
+    require_file(path, f"--client {path}")
+    text = path.read_text("utf-8", errors="replace")
+    try:
+        values = [json.loads(text)]
+    except ValueError:
+        values = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                values.append(json.loads(line))
+            except ValueError:
+                raise CommandError(f"--client {path}:{number}: not JSON") from None
+    records: list[object] = []
+    for value in values:
+        if isinstance(value, dict) and "events" in value and "_ng_failure_events" not in value:
+            try:
+                records.append(FailureReport.model_validate(value))
+            except ValueError:
+                raise CommandError(f"--client {path}: not a failure report") from None
+        elif isinstance(value, dict):
+            records.append(value)
+        elif isinstance(value, list) and all(isinstance(item, (str, dict)) for item in value):
+            records.extend(value)
+        elif isinstance(value, str):
+            records.append(value)
+        else:
+            raise CommandError(f"--client {path}: not rows, a failure report or event ids")
+    return records
 
 
 def _first_problem(error: Any) -> str:

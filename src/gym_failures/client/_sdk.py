@@ -38,7 +38,13 @@ observed for that attempt, the cut included, or `None`::
         raise failure
 
 When the hook already observed the attempt's failure, `sdk_failure` returns that same failure, so
-the request's report holds it once.
+the request's report holds it once. A failed stream (a terminal failure event, such as the Responses
+API's `response.failed`, which the openai SDK yields as an event and does not raise) is that
+attempt's failure too.
+
+A reply from `gym-failures serve model` that carries an injected fault names its event in
+`X-Gym-Fault-Event`; a cut or dropped body the hook observes on such a reply keeps that event id, so
+the endpoint's recovery verdict finds the cut in the client's record.
 
 Decisions:
 - SDK objects are recognised by what they carry (`response`, `request`, `__cause__`), not by
@@ -61,6 +67,7 @@ from gym_failures.client._transport import transport_kind
 from gym_failures.failure_records import FailureBoundary
 from gym_failures.failure_transport import (
     FailureHeader,
+    RequestFailureLog,
     StreamFailureReportReader,
     observe_failure,
     observe_report,
@@ -82,6 +89,7 @@ FAILURE_EXTENSION = "gym_failures.failure"
 """The request extension where the hook keeps the failure it observed for that attempt."""
 READER_EXTENSION = "gym_failures.stream_reader"
 """The request extension where the hook keeps a streamed reply's `StreamFailureReportReader`."""
+_EVENT_HEADER = "x-gym-fault-event"
 
 
 def observe_attempts(
@@ -143,7 +151,20 @@ def _on_response(response: Any, boundary: FailureBoundary, *, is_async: bool) ->
     if response.headers.get("content-type", "").startswith("text/event-stream"):
         reader = StreamFailureReportReader()
         extensions[READER_EXTENSION] = reader
-    response.stream = _stream_type(type(response).__module__, is_async)(response, reader, boundary)
+    observed = _stream_type(type(response).__module__, is_async)(response, reader, boundary)
+    observed.announced_id = _announced_event(response.headers)
+    response.stream = observed
+
+
+def _announced_event(headers: Any) -> str | None:
+    """The event id a fault-injecting endpoint announced for this reply, when it is one and names no
+    event the current request observed already (a reply must not hide another failure by reusing
+    its id)."""
+    value = headers.get(_EVENT_HEADER)
+    if not (isinstance(value, str) and 0 < len(value) <= 64 and value.isascii() and value.isprintable()):
+        return None
+    log = RequestFailureLog.current()
+    return None if log is not None and value in log.report.events else value
 
 
 class _ObservedStream:
@@ -159,6 +180,7 @@ class _ObservedStream:
         self._boundary = boundary
         self._ended = False
         self._done = False
+        self.announced_id: str | None = None
 
     def _chunk(self, chunk: bytes) -> bytes:
         if self._reader is not None:
@@ -186,14 +208,24 @@ class _ObservedStream:
                         f"{exception_type_name(error)} in the middle of the reply"
                     ),
                     exception_type=exception_type_name(error),
+                    event_id=self.announced_id,
                 )
                 failure.http_details = HttpDetails(
                     method=request.method, url=url_without_secrets(str(request.url)), delivery="unknown"
                 )
         elif reader is not None and self._ended and not reader.terminal_seen:
             failure = stream_failure(
-                reader, boundary=self._boundary, method=request.method, url=str(request.url)
+                reader,
+                boundary=self._boundary,
+                method=request.method,
+                url=str(request.url),
+                event_id=self.announced_id,
             )
+        elif reader is not None and reader.report is not None:
+            # A failed stream: its terminal report, observed whole above, is the attempt's failure.
+            failed = stream_failure(reader, boundary=self._boundary, url=str(request.url))
+            if failed is not None:
+                request.extensions[FAILURE_EXTENSION] = failed
         if failure is not None:
             request.extensions[FAILURE_EXTENSION] = failure
             observe_failure(failure)

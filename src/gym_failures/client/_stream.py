@@ -30,8 +30,10 @@ def stream_failure(
     method: str = "POST",
     url: str = "",
     stage: FailureStage | None = None,
+    event_id: str | None = None,
 ) -> NgFailureEvent | None:
-    """The failure a stream ended in (see the module's docstring); finishes `reader` if it was not."""
+    """The failure a stream ended in (see the module's docstring); finishes `reader` if it was not.
+    `event_id` names a cut whose server announced the event it injected (`X-Gym-Fault-Event`)."""
     report = reader.finish()
     failure = remote_failure(report)
     if failure is not None:
@@ -45,6 +47,7 @@ def stream_failure(
         failure_kind=TRANSPORT_PEER_DROP,
         failure_reason=f"{target}: the stream ended without its terminal event",
         stage=stage,
+        event_id=event_id,
     )
     failure.http_details = HttpDetails(method=method, url=safe_url, status=200, delivery="answered")
     return failure

@@ -65,6 +65,7 @@ from gym_failures.model_endpoint import (
     ModelEndpointPlan,
     ToolCall,
     Turn,
+    quota_reset,
 )
 
 __all__ = ["create_app", "scripted_judge", "scripted_policy"]
@@ -293,6 +294,10 @@ def create_app(config: DemoConfig, token: str) -> ASGIApp:
         choose_fault=demo.choose_fault,
         on_fault=demo.on_fault,
         stage=demo.stage,
+        # The demo's rate limits name their quota's reset, as the reports it prints read it.
+        quota_reason=lambda call, fault: (
+            f"requests-per-minute quota of {call.model} exhausted; resets at {quota_reset()} UTC"
+        ),
     )
     return endpoint.app(middleware=[Middleware(DemoGuard, token=token)], lifespan=lifespan)
 

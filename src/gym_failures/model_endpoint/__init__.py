@@ -11,55 +11,88 @@ Routes:
     POST /v1/messages          Anthropic Messages, plain or streamed
     GET  /v1/models            the models it serves (any model name is answered)
     GET  /health               readiness: 200 once the server accepts requests
+    /_gym/journal, /_gym/verdict, /_gym/faults, /_gym/reset   the control routes (`_app`)
 
-With an API key set, every `/v1` request must carry it as ``Authorization: Bearer <key>`` or
-``x-api-key: <key>`` (401 otherwise, in the API's error shape).
+With an API key set, every `/v1` and `/_gym` request must carry it as ``Authorization: Bearer
+<key>`` or ``x-api-key: <key>`` (401 otherwise, in the API's error shape).
 
-Faults (`FAULTS`; forced per request by the header, or drawn by a plan's rates, `ModelEndpointPlan`):
+Faults (`FAULTS`, with what each does; forced per request by the header, queued for matching
+requests with `ModelEndpoint.force`, or drawn by a plan's rates, `ModelEndpointPlan`): `none`,
+`quota_429`, `server_503`, `server_500`, `status` (any 400-599), `context_window`,
+`drop_connection`, `cut_stream`, `stream_failed`, `malformed_chunk`, `stall`, `slow_first_token`,
+`slow`, `paced`, `truncated`, `empty`, `bad_tool_arguments`, `unknown_tool`. Their parameters
+(`times`, `retry_after`, `retry_after_ms`, `delay`, `code`, `after`, `interval`, `id`) are described
+in `gym_failures.model_endpoint._faults`; real per-minute quotas are `Quota`.
 
-    quota_429        429, a requests-per-minute quota exhausted, with Retry-After (default 1 s)
-    server_503       503, the model server overloaded, with Retry-After (default 1 s)
-    server_500       500, the inference worker crashed
-    drop_connection  the connection closes in the middle of the reply (plain or streamed)
-    cut_stream       a stream ends cleanly before its terminal event (a plain reply: as drop_connection)
-    stream_failed    a stream ends in the API's failure event (a plain reply: as server_500)
-    slow             the reply comes after a delay (default 5 s)
-    truncated        the answer stops at the output-token limit (incomplete / length / max_tokens)
-    empty            the answer is empty
+Every reply with an injected fault names it (`INJECTED_HEADER`, `EVENT_HEADER`). Every failure
+carries a gym-failures report: a failed reply in the `X-NG-Failure-Report` header, with a body in the
+API's own error shape naming the failure kind and event id, so the SDK's exception message says what
+failed; a stream in its terminal event.
 
-Every failure carries a gym-failures report: a failed reply in the `X-NG-Failure-Report` header,
-with a body in the API's own error shape naming the failure kind and event id, so the SDK's exception
-message says what failed; a stream in its terminal event. The header's parameters (`times`,
-`retry_after`, `delay`, `id`) are described in `gym_failures.model_endpoint._faults`.
+Every attempt is journaled (`Journal`, `Attempt`), and `judge` (`ModelEndpoint.verdict`) turns the
+journal, with the client's own record when there is one (`client_record`), into a `Verdict` on how
+the client recovered (`FINDINGS`). The pytest plugin is `gym_failures.model_endpoint.pytest_plugin`.
 
 The demo's model server (`gym_failures.demo.model_server`) is this endpoint with a scripted policy
 and judge (`respond`) and the demo's seeded fault draws (`choose_fault`).
 """
 
 from gym_failures.model_endpoint._apis import Message, ModelCall, ToolCall, Turn
-from gym_failures.model_endpoint._app import MAX_BODY_BYTES, ModelEndpoint, echo_responder, quota_reset
+from gym_failures.model_endpoint._app import (
+    EVENT_HEADER,
+    INJECTED_HEADER,
+    MAX_BODY_BYTES,
+    ModelEndpoint,
+    echo_responder,
+    quota_reset,
+)
 from gym_failures.model_endpoint._faults import (
     FAULT_HEADER,
     FAULTS,
     Fault,
     ModelEndpointPlan,
+    Scenario,
     load_plan,
     parse_fault_header,
 )
+from gym_failures.model_endpoint._journal import Attempt, Journal
+from gym_failures.model_endpoint._quota import Quota
+from gym_failures.model_endpoint._verdict import (
+    FINDINGS,
+    ClientRecord,
+    Finding,
+    Verdict,
+    client_record,
+    judge,
+    verdict_document,
+)
 
 __all__ = [
+    "EVENT_HEADER",
     "FAULTS",
     "FAULT_HEADER",
+    "FINDINGS",
+    "INJECTED_HEADER",
     "MAX_BODY_BYTES",
+    "Attempt",
+    "ClientRecord",
     "Fault",
+    "Finding",
+    "Journal",
     "Message",
     "ModelCall",
     "ModelEndpoint",
     "ModelEndpointPlan",
+    "Quota",
+    "Scenario",
     "ToolCall",
     "Turn",
+    "Verdict",
+    "client_record",
     "echo_responder",
+    "judge",
     "load_plan",
     "parse_fault_header",
     "quota_reset",
+    "verdict_document",
 ]

@@ -1,22 +1,45 @@
-"""The endpoint's faults: their names, the plan that draws them by rate, and the header that forces one.
+"""The endpoint's faults: their names, the plan that draws them by rate, the header that forces one, and
+the scenario queue that forces them by match.
 
 A fault is forced for one request with `X-Gym-Fault: <name>`, optionally followed by parameters::
 
     X-Gym-Fault: quota_429
     X-Gym-Fault: quota_429; times=1; retry_after=2; id=test-7
+    X-Gym-Fault: status; code=529
+    X-Gym-Fault: cut_stream; after=3
 
 - `times=N` applies the fault to the first N requests that carry this exact header value (the
   others pass, so an SDK's retry of the same request can succeed); `id=...` only makes the value
   distinct, so two tests do not share a count. Without `times`, every request carrying it gets it.
-- `retry_after=S` is the wait the failure asks for (`Retry-After`), for the faults that send one.
-- `delay=S` is how long `slow` waits.
+- `retry_after=S` is the wait the failure asks for (`Retry-After`, and `retry-after-ms` when it is
+  not whole seconds), for the faults that send one; `retry_after_ms=MS` is the same in milliseconds.
+- `delay=S` is how long `slow`, `slow_first_token` and `stall` wait.
+- `code=N` is the status `status` replies with (400-599; 500 without it).
+- `after=N` is how many stream events come before `cut_stream`, `stream_failed`, `malformed_chunk`
+  or `stall` strikes (about half the stream without it).
+- `interval=S` is the pause between a stream's events (`paced`, or with any fault on a stream).
+
+`X-Gym-Fault: none` forces no fault: the request passes whatever the queue or the plan would draw.
+
+The scenario queue (`ForcedFaults.push`; the control route `POST /_gym/faults`; the pytest fixture's
+`force`) holds faults for the next requests that match a route, a model, whether they stream and
+whether they offer tools, each for `times` requests. A request takes, in this order: its header's
+fault; else the first queued scenario it matches (oldest first); else the plan's draw.
+
+How a plan draws: each request without a header or a matching scenario draws one number in [0, 1)
+from a `random.Random(seed)` shared by the server, and maps it onto the rates laid end to end in the
+order of `FAULTS`; a draw past their sum is no fault. With a `seed`, the sequence of draws is the
+same on every run, so the N-th such request gets the same fault (requests served concurrently take
+their draws in arrival order).
 
 Decisions:
 - An unknown fault name, or a parameter that is not a bounded number, is refused with a 400 in the
   API's own error shape (`invalid_request_parameter`): a misspelt fault must not pass silently.
-- Every number read from a header or a plan is bounded: `times` 1-1000, waits 0-3600 s.
+- Every number read from a header, a plan or the queue is bounded: `times` 1-1000, waits 0-3600 s,
+  `after` 0-100000, `code` 400-599.
 - The counts of `times` are kept for at most `MAX_COUNTED` distinct header values (the oldest is
-  forgotten first), so a client cannot grow the server's memory without end.
+  forgotten first), and the queue holds at most `MAX_QUEUED` scenarios, so a client cannot grow the
+  server's memory without end.
 """
 
 from __future__ import annotations
@@ -25,7 +48,7 @@ import random
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
@@ -34,45 +57,80 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 __all__ = [
     "FAULTS",
     "FAULT_HEADER",
+    "MAX_AFTER",
     "MAX_COUNTED",
+    "MAX_QUEUED",
+    "MAX_TIMES",
     "MAX_WAIT_S",
+    "STREAM_BREAKS",
     "Fault",
     "FaultName",
     "ForcedFaults",
     "ModelEndpointPlan",
+    "PlanFaultName",
+    "Scenario",
+    "fault_with",
     "load_plan",
     "parse_fault_header",
 ]
 
-FaultName = Literal[
+PlanFaultName = Literal[
     "quota_429",
     "server_503",
     "server_500",
+    "status",
+    "context_window",
     "drop_connection",
     "cut_stream",
     "stream_failed",
+    "malformed_chunk",
+    "stall",
+    "slow_first_token",
     "slow",
+    "paced",
     "truncated",
     "empty",
+    "bad_tool_arguments",
+    "unknown_tool",
 ]
+"""The faults a plan can draw (`none` is not one: a draw past the rates is no fault)."""
+FaultName = Literal["none", PlanFaultName]
 
 FAULTS: Mapping[str, str] = {
+    "none": "no fault: the request passes, whatever the queue or the plan would draw",
     "quota_429": "429, a requests-per-minute quota exhausted, with Retry-After (default 1 s)",
     "server_503": "503, the model server overloaded, with Retry-After (default 1 s)",
     "server_500": "500, the inference worker crashed",
+    "status": "any status 400-599 (`code=N`, 529 included), in the API's error shape",
+    "context_window": "400, the prompt is over the model's context window",
     "drop_connection": "the connection closes in the middle of the reply (plain or streamed)",
-    "cut_stream": "a stream ends cleanly before its terminal event (a plain reply: as drop_connection)",
+    "cut_stream": "a stream ends cleanly before its terminal event (`after=N` events; a plain reply: as "
+    "drop_connection)",
     "stream_failed": "a stream ends in the API's failure event (a plain reply: as server_500)",
+    "malformed_chunk": "a stream event whose data is not JSON, after `after=N` events (a plain reply: a body "
+    "that is not JSON)",
+    "stall": "a stream stops for `delay` seconds after `after=N` events, then goes on (a plain reply: "
+    "as slow)",
+    "slow_first_token": "the reply's headers at once, its first byte after `delay` seconds (default 5 s)",
     "slow": "the reply comes after a delay (default 5 s)",
+    "paced": "a stream's events `interval` seconds apart (default 0.05 s)",
     "truncated": "the answer stops at the output-token limit (incomplete / length / max_tokens)",
     "empty": "the answer is empty",
+    "bad_tool_arguments": "the answer is a tool call whose arguments are not JSON",
+    "unknown_tool": "the answer is a tool call to a tool the request did not offer",
 }
 """Every fault the endpoint injects, with what the client sees."""
+
+STREAM_BREAKS = frozenset({"drop_connection", "cut_stream", "stream_failed", "malformed_chunk", "stall"})
+"""The faults that break a stream part-way (`after=N`)."""
 
 FAULT_HEADER = "X-Gym-Fault"
 MAX_WAIT_S = 3600.0
 MAX_TIMES = 1000
 MAX_COUNTED = 10_000
+MAX_QUEUED = 1000
+MAX_AFTER = 100_000
+DEFAULT_INTERVAL_S = 0.05
 
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]
 Wait = Annotated[float, Field(ge=0.0, le=MAX_WAIT_S)]
@@ -80,11 +138,14 @@ Wait = Annotated[float, Field(ge=0.0, le=MAX_WAIT_S)]
 
 @dataclass(frozen=True)
 class Fault:
-    """One fault to inject into one request."""
+    """One fault to inject into one request, with its parameters (see the module's docstring)."""
 
     name: str
     retry_after_s: float | None = None
     delay_s: float = 5.0
+    code: int | None = None
+    after: int | None = None
+    interval_s: float | None = None
 
 
 class ModelEndpointPlan(BaseModel):
@@ -92,15 +153,18 @@ class ModelEndpointPlan(BaseModel):
 
         {"rates": {"quota_429": 0.05, "cut_stream": 0.02}, "retry_after_s": 1, "slow_s": 5, "seed": 7}
 
-    Each request draws one number and maps it onto the rates in the order of `FAULTS`, so the rates
-    must sum to at most 1. Unknown keys and fault names are refused.
+    Each request draws one number and maps it onto the rates in the order of `FAULTS` (see the
+    module's docstring), so the rates must sum to at most 1. `latency_s` delays every reply and
+    `interval_s` paces every stream, fault or not. Unknown keys and fault names are refused.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rates: dict[FaultName, Rate] = Field(default_factory=dict)
+    rates: dict[PlanFaultName, Rate] = Field(default_factory=dict)
     retry_after_s: Wait = 1.0
     slow_s: Wait = 5.0
+    latency_s: Wait = 0.0
+    interval_s: Wait = 0.0
     seed: int | None = None
 
     @model_validator(mode="after")
@@ -126,59 +190,158 @@ def load_plan(path: Path | None) -> ModelEndpointPlan:
     return ModelEndpointPlan.model_validate_json(path.read_text("utf-8"))
 
 
-def _number(value: str, *, low: float, high: float) -> float:
-    number = float(value)
+def _number(value: object, *, low: float, high: float) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a number")
+    number = float(value)  # type: ignore[arg-type]
     if not low <= number <= high:  # NaN fails both comparisons
         raise ValueError(f"{value!r} is not in {low:g}-{high:g}")
     return number
 
 
+def _whole(value: object, *, low: int, high: int) -> int:
+    number = _number(value, low=low, high=high)
+    if number != int(number):
+        raise ValueError(f"{value!r} is not a whole number")
+    return int(number)
+
+
+def fault_with(name: str, params: Mapping[str, object], plan: ModelEndpointPlan) -> tuple[Fault, int | None]:
+    """The fault `name` with `params` (the header's parameters, as text or numbers) and its `times`
+    (`None`: every time); `ValueError` with a message for the client when they are not a fault."""
+    if name not in FAULTS:
+        raise ValueError(f"unknown fault {name[:64]!r}; the faults are {', '.join(FAULTS)}")
+    fault = Fault(name, retry_after_s=plan.retry_after_s, delay_s=plan.slow_s)
+    times: int | None = None
+    for key, raw in list(params.items())[:8]:
+        try:
+            if key == "times":
+                times = _whole(raw, low=1, high=MAX_TIMES)
+            elif key == "retry_after":
+                fault = replace(fault, retry_after_s=_number(raw, low=0, high=MAX_WAIT_S))
+            elif key == "retry_after_ms":
+                fault = replace(fault, retry_after_s=_number(raw, low=0, high=MAX_WAIT_S * 1000) / 1000)
+            elif key == "delay":
+                fault = replace(fault, delay_s=_number(raw, low=0, high=MAX_WAIT_S))
+            elif key == "code":
+                fault = replace(fault, code=_whole(raw, low=400, high=599))
+            elif key == "after":
+                fault = replace(fault, after=_whole(raw, low=0, high=MAX_AFTER))
+            elif key == "interval":
+                fault = replace(fault, interval_s=_number(raw, low=0, high=MAX_WAIT_S))
+            elif key != "id":
+                raise ValueError(f"unknown parameter {str(key)[:32]!r}")
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{FAULT_HEADER} parameter {str(key)[:32]!r}: {error}") from None
+    if name == "paced" and fault.interval_s is None:
+        fault = replace(fault, interval_s=DEFAULT_INTERVAL_S)
+    return fault, times
+
+
 def parse_fault_header(value: str, plan: ModelEndpointPlan) -> tuple[Fault, int | None]:
     """The fault `X-Gym-Fault: value` forces and its `times` (`None`: every time); `ValueError` with
     a message for the client when the value is not a fault."""
-    name, *params = (part.strip() for part in value.split(";"))
-    if name not in FAULTS:
-        raise ValueError(f"unknown fault {name[:64]!r}; the faults are {', '.join(FAULTS)}")
-    retry_after, delay, times = plan.retry_after_s, plan.slow_s, None
-    for param in params[:8]:
-        key, _, raw = param.partition("=")
-        key, raw = key.strip(), raw.strip()
-        try:
-            if key == "times":
-                times = int(_number(raw, low=1, high=MAX_TIMES))
-            elif key == "retry_after":
-                retry_after = _number(raw, low=0, high=MAX_WAIT_S)
-            elif key == "delay":
-                delay = _number(raw, low=0, high=MAX_WAIT_S)
-            elif key != "id":
-                raise ValueError(f"unknown parameter {key[:32]!r}")
-        except ValueError as error:
-            raise ValueError(f"{FAULT_HEADER} parameter {key[:32]!r}: {error}") from None
-    return Fault(name, retry_after_s=retry_after, delay_s=delay), times
+    name, *parts = (part.strip() for part in value.split(";"))
+    params: dict[str, object] = {}
+    for part in parts[:8]:
+        key, _, raw = part.partition("=")
+        params[key.strip()] = raw.strip()
+    return fault_with(name, params, plan)
+
+
+@dataclass
+class Scenario:
+    """A queued fault for the next `times` requests (`None`: until the queue is reset) matching
+    `route` (`/v1/responses`, ...), `model`, `stream` and whether the request offers `tools` (`None`
+    matches any)."""
+
+    fault: Fault
+    times: int | None = 1
+    route: str | None = None
+    model: str | None = None
+    stream: bool | None = None
+    tools: bool | None = None
+    used: int = 0
+
+    def matches(self, route: str, model: str, stream: bool, tools: bool = False) -> bool:
+        return (
+            (self.route is None or self.route == route)
+            and (self.model is None or self.model == model)
+            and (self.stream is None or self.stream == stream)
+            and (self.tools is None or self.tools == tools)
+        )
+
+    def describe(self) -> dict[str, object]:
+        """The scenario as the control route lists it."""
+        return {
+            "fault": self.fault.name,
+            "times": self.times,
+            "used": self.used,
+            "route": self.route,
+            "model": self.model,
+            "stream": self.stream,
+            "tools": self.tools,
+        }
 
 
 class ForcedFaults:
-    """The faults requests force with the header, and how often each header value has applied."""
+    """The faults requests force with the header or the queue, and the plan's draws."""
 
     def __init__(self, plan: ModelEndpointPlan) -> None:
         self.plan = plan
         self._counts: OrderedDict[str, int] = OrderedDict()
+        self._queue: list[Scenario] = []
         self._lock = threading.Lock()
         self._random = random.Random(plan.seed)
 
-    def fault_for(self, header: str | None) -> Fault | None:
-        """The fault for a request with this header value (`None`: none sent): forced, else drawn."""
-        if header is None:
-            name = self.plan.pick(self._random.random()) if self.plan.rates else None
-            if name is None:
-                return None
-            return Fault(name, retry_after_s=self.plan.retry_after_s, delay_s=self.plan.slow_s)
-        fault, times = parse_fault_header(header, self.plan)
-        if times is None:
-            return fault
+    def push(self, scenario: Scenario) -> None:
+        """Queue `scenario` behind the others; `ValueError` when the queue is full."""
         with self._lock:
-            seen = self._counts.pop(header, 0)
-            self._counts[header] = seen + 1
-            while len(self._counts) > MAX_COUNTED:
-                self._counts.popitem(last=False)
-        return fault if seen < times else None
+            if len(self._queue) >= MAX_QUEUED:
+                raise ValueError(f"the scenario queue is full ({MAX_QUEUED} scenarios)")
+            self._queue.append(scenario)
+
+    def queued(self) -> list[dict[str, object]]:
+        with self._lock:
+            return [scenario.describe() for scenario in self._queue]
+
+    def reset(self) -> None:
+        """Forget the queue and the header counts; the plan's draws start again from its seed."""
+        with self._lock:
+            self._queue.clear()
+            self._counts.clear()
+            self._random = random.Random(self.plan.seed)
+
+    def fault_for(
+        self,
+        header: str | None,
+        *,
+        route: str = "",
+        model: str = "",
+        stream: bool = False,
+        tools: bool = False,
+    ) -> Fault | None:
+        """The fault for a request with this header value (`None`: none sent): forced by the header,
+        else by the first matching scenario, else drawn."""
+        if header is not None:
+            fault, times = parse_fault_header(header, self.plan)
+            if times is not None:
+                with self._lock:
+                    seen = self._counts.pop(header, 0)
+                    self._counts[header] = seen + 1
+                    while len(self._counts) > MAX_COUNTED:
+                        self._counts.popitem(last=False)
+                if seen >= times:
+                    return None
+            return None if fault.name == "none" else fault
+        with self._lock:
+            for scenario in self._queue:
+                if scenario.matches(route, model, stream, tools):
+                    scenario.used += 1
+                    if scenario.times is not None and scenario.used >= scenario.times:
+                        self._queue.remove(scenario)
+                    return None if scenario.fault.name == "none" else scenario.fault
+            name = self.plan.pick(self._random.random()) if self.plan.rates else None
+        if name is None:
+            return None
+        return fault_with(name, {}, self.plan)[0]
