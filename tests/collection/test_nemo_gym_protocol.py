@@ -24,7 +24,11 @@ from tests.cli.invoke import run_cli
 
 URL = "http://127.0.0.1:1/agent?token=hunter2"
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=12,
 )
@@ -93,7 +97,10 @@ def test_a_flat_reply_is_read_as_it_came() -> None:
         (b"null", "not an object (NoneType)"),
         (b'{"reward": NaN}', "not JSON"),
         (b'{"reward": Infinity}', "not JSON"),
-        (b'{"reward": 1e309}', "not a finite number"),
+        (b'{"reward": 1e309}', "not JSON"),
+        (b'{"deep": {"x": [-1e400]}}', "not JSON"),
+        (b'{"text": "\\ud800"}', "not JSON"),
+        (b'{"text": "\xed\xa0\x80"}', "not JSON"),
         (b"<html>hunter2</html>", "not JSON"),
         (b"", "not JSON"),
         (b"\xff\xfe", "not JSON"),
@@ -107,8 +114,9 @@ def test_a_reply_that_is_no_flat_result_is_a_protocol_violation(body: bytes, say
     assert "hunter2" not in caught.value.failure_reason, "neither the body nor the URL's secret is quoted"
 
 
-def test_the_largest_finite_reward_is_a_reward() -> None:
-    assert read_run_reply(b'{"reward": 1.7976931348623157e308}', URL)["reward"] == 1.7976931348623157e308
+def test_the_largest_finite_number_and_a_surrogate_pair_are_json() -> None:
+    reply = read_run_reply(b'{"reward": 1.7976931348623157e308, "text": "\\ud83d\\ude00"}', URL)
+    assert reply == {"reward": 1.7976931348623157e308, "text": "\U0001f600"}
 
 
 @given(st.binary(max_size=64) | JSON_VALUES.map(lambda value: json.dumps(value).encode()))
@@ -339,7 +347,7 @@ FLAT_REPLIES = st.fixed_dictionaries(
 
 
 @given(FLAT_REPLIES, st.integers(min_value=1, max_value=4))
-def test_any_flat_reply_is_a_row_in_the_file_nemo_gym_would_write_it_to(
+def test_any_flat_reply_is_a_row_in_the_file_nemo_gym_would_write(
     reply: dict[str, Any], attempt: int
 ) -> None:
     from gym_failures.collection._nemo_gym_protocol import NemoGymDispatcher

@@ -13,9 +13,10 @@ and aggregation take them:
   `request_body = row`, and strips nothing), with `_ng_attempt_index` (the attempt less one) from the
   second attempt on and `reuse_cached_deliverable` true when a failure row of the rollout says so (its
   resume's stamps, `_load_from_cache`).
-- A 2xx reply must be a JSON object (NeMo Gym reads it with orjson, which refuses `NaN`; a reward that
-  is not a finite number is refused here too): anything else is the agent's
-  `environment_protocol_violation`, recorded as a failed attempt.
+- A 2xx reply must be a JSON object NeMo Gym's orjson reads (UTF-8; no `NaN`, `Infinity`, number
+  past a float's range or lone surrogate): anything else is the agent's
+  `environment_protocol_violation`, recorded as a failed attempt, where NeMo Gym records its own
+  `agent_run_error`.
 - The row (`nemo_gym_row`) is the reply as it came, with NeMo Gym's stamps from the request over it:
   `_ng_task_index`, `_ng_rollout_index`, and `agent_ref`, `task_source`, `skills_ref`,
   `_ng_attempt_index`, `_ng_rollout_id` where the request has them. Then gym-failures' own keys, in
@@ -97,13 +98,26 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("a number past a float's range")
+    return value
+
+
 def read_run_reply(body: bytes, url: str) -> dict[str, Any]:
-    """A NeMo Gym agent's 2xx `/run` reply: a JSON object; a `CollectionFailure` when it is none, or when
-    its `reward` is a number that is not finite (`NaN`, `Infinity` and numbers past a float's range)."""
+    """A NeMo Gym agent's 2xx `/run` reply: a JSON object; a `CollectionFailure` when it is none.
+
+    Read as strictly as NeMo Gym's collector reads it (orjson, `nemo_gym/server_utils.py:684`), so that
+    no reply NeMo Gym would refuse becomes a row: the body must be UTF-8, and hold no `NaN`, no
+    `Infinity`, no number past a float's range, and no text with a lone surrogate (`"\\ud800"`).
+    """
     where = url_without_secrets(url)
     try:
-        reply = json.loads(body, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as error:
+        reply = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float)
+        # A lone surrogate escape reads as a `str` no UTF-8 can encode; orjson refuses it.
+        json.dumps(reply, ensure_ascii=False).encode("utf-8")
+    except (ValueError, RecursionError) as error:  # UnicodeError is a ValueError
         raise CollectionFailure(
             failure_kind=ENVIRONMENT_PROTOCOL_VIOLATION,
             failure_reason=f"{where} replied 2xx with a body that is not JSON ({type(error).__name__})",
@@ -112,12 +126,6 @@ def read_run_reply(body: bytes, url: str) -> dict[str, Any]:
         raise CollectionFailure(
             failure_kind=ENVIRONMENT_PROTOCOL_VIOLATION,
             failure_reason=f"{where} replied 2xx with JSON that is not an object ({type(reply).__name__})",
-        )
-    reward = reply.get("reward")
-    if isinstance(reward, float) and not math.isfinite(reward):
-        raise CollectionFailure(
-            failure_kind=ENVIRONMENT_PROTOCOL_VIOLATION,
-            failure_reason=f"{where} replied a result whose reward is {reward!r}, not a finite number",
         )
     return reply
 
