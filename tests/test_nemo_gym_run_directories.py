@@ -95,7 +95,7 @@ def test_the_gate_counts_against_the_materialized_inputs(tmp_path: Path) -> None
     assert coverage.failed == {"model": 0, "evaluation": 1, "unknown": 0}, "skipped is evaluation-side"
     assert (coverage.missing, coverage.left_no_row, coverage.missing_rollouts) == (1, 1, ["4:0"])
     verdict = check(coverage, GateThresholds(min_scored_share=0.0, max_evaluation_share=1.0))
-    assert verdict.reasons == ["1 rollouts missing (maximum 0); 1 of them left no row at all"]
+    assert verdict.reasons == ["1 rollout missing (maximum 0); it left no row at all"]
 
 
 def test_a_run_whose_workers_were_killed_fails_the_gate(tmp_path: Path) -> None:
@@ -245,6 +245,38 @@ def test_explain_shows_the_failure_the_kept_body_names(tmp_path: Path) -> None:
     code, out, _ = run_cli("explain", run, "--rollout", "1:0")
     assert "the reply's body names: model_server_error" in out
     assert "event id=ev1-abc" in out
+
+
+def test_explain_says_a_rollout_the_inventory_owes_left_no_row(tmp_path: Path) -> None:
+    """Rollout 4:0 is in the materialized inputs and left no row (as `gate` counts it): `explain`
+    says so, in one line, and exits 1 as for any rollout it finds no row of; a rollout the inventory
+    does not owe is in none of the files."""
+    run = _run(tmp_path, tasks=5)
+    inputs = run / "rollouts_materialized_inputs.jsonl"
+    for json_output in ([], ["--json"]):
+        code, out, err = run_cli("explain", run, "--rollout", "4:0", *json_output)
+        assert code == 1
+        assert err.splitlines() == [
+            f"gym-failures explain: rollout '4:0' is owed by the materialized inputs ({inputs}) and left "
+            "no row at all (killed or drained): a resume dispatches it"
+        ]
+        assert out == ("[]\n" if json_output else "")
+    code, _, err = run_cli("explain", run, "--rollout", "5:0")
+    assert code == 1
+    assert err.startswith("gym-failures explain: no row of rollout '5:0' in ")
+    inputs.unlink()
+    code, _, err = run_cli("explain", run, "--rollout", "4:0")
+    assert code == 1
+    assert err.startswith("gym-failures explain: no row of rollout '4:0' in "), "no inventory: no debt"
+
+
+def test_explain_names_a_killed_rollout_of_a_run_nemo_gym_made() -> None:
+    """The shipped run NeMo Gym 0.7.0 made: rollout 7:0 was killed, so it left no row."""
+    run = Path(__file__).resolve().parents[1] / "examples" / "nemo_gym_runs" / "mixed"
+    code, _, err = run_cli("explain", run, "--rollout", "7:0")
+    assert code == 1
+    assert "rollout '7:0' is owed by the materialized inputs" in err
+    assert "left no row at all" in err
 
 
 def test_the_html_report_shows_the_kept_bodys_failure_and_the_missing(tmp_path: Path) -> None:

@@ -18,8 +18,10 @@ or `response.raise_for_status()`, an httpx `HTTPStatusError`) keeps the upstream
 upstream failure they report is rebuilt (`gym_failures.client.status_error_failure`). A status error
 that escapes the handler is replied with as that upstream failure, as `raise_boundary_failure` would
 have raised it (so is gym-failures' own `raise_for_status` error); an exception raised `from` one is
-this server's failure with the upstream failure as its cause. Call sites that never use gym-failures'
-client helpers still send the cause chain with its origin ids.
+this server's failure with the upstream failure as its cause, and so is a Gym failure raised `from`
+one (`raise ResourcesServerFailure(...) from error`, with the status error anywhere on its explicit
+chain). Call sites that never use gym-failures' client helpers still send the cause chain with its
+origin ids.
 
 Streaming replies pass through byte for byte: `send` is wrapped, never buffered. A server puts the
 report into its terminal SSE event with `stream_failure_field` (from `gym_failures.reply`, re-exported
@@ -51,6 +53,11 @@ Decisions:
   hint, a provider's own `Retry-After`, a quota's reset time) sends `Retry-After` in whole seconds,
   rounded up, so an SDK's retry loop waits that long.
 - Every failure reply is sent by `FailureReportMiddleware._send_failure`, and only there.
+- A Gym failure raised `from` a library's status error is linked to the upstream failure by making
+  that rebuilt failure the status error's own `__cause__` (the status error is what the upstream
+  failure caused), so the failure's `cause_id`, report, `retry_hint_s` and log line all see it and the
+  traceback still shows the status error. Only a status error without a cause of its own is linked:
+  one raised `from` something keeps that (an HTTP library raises its status error from nothing).
 - The log line for a failed request carries the kind, the event id, the raising frame and the
   redacted reason at ERROR (the whole stack, frames only, at DEBUG), never `str(exc)` or a formatted
   exception, whose last line quotes it.
@@ -113,6 +120,7 @@ LOGGER = logging.getLogger(__name__)
 _HEADER_NAME = FailureHeader.NAME.lower().encode("ascii")
 _HEADER_NAMES = (_HEADER_NAME, FailureHeader.NAME.encode("ascii"))
 _MAX_REDACTED_INPUT = 4 * 2000
+_MAX_LINK_WALK = 64
 
 
 class FailureReportMiddleware:
@@ -201,6 +209,10 @@ class FailureReportMiddleware:
         # An explicit cause: the Gym failure under `error`, if any, becomes this failure's cause; else
         # the upstream failure an HTTP status error's reply named (NeMo Gym's `raise_for_status`).
         upstream = status_error_failure(error)
+        if upstream is None:
+            gym = explicit_gym_cause(error)
+            if gym is not None:
+                _link_status_errors(gym)
         failure.__cause__ = error if upstream is None else upstream
         return failure
 
@@ -216,14 +228,18 @@ class FailureReportMiddleware:
         (`_escaped_upstream`), alone or as a group's one leaf.
         """
         if isinstance(error, NgFailureEvent):
-            return error
+            return _link_status_errors(error)
         escaped = _escaped_upstream(error)
         if escaped is not None:
             return escaped
         if isinstance(error, BaseExceptionGroup):
             leaves = list(_leaves(error))
             if len(leaves) == 1:
-                only = leaves[0] if isinstance(leaves[0], NgFailureEvent) else _escaped_upstream(leaves[0])
+                only = (
+                    _link_status_errors(leaves[0])
+                    if isinstance(leaves[0], NgFailureEvent)
+                    else _escaped_upstream(leaves[0])
+                )
                 if only is not None:
                     return only
             # A leaf raised `from` a Gym failure carries it, as outside a group; so does a library's
@@ -234,7 +250,7 @@ class FailureReportMiddleware:
                 else explicit_gym_cause(leaf) or status_error_failure(leaf)
                 for leaf in leaves
             )
-            gym = [failure for failure in found if failure is not None]
+            gym = [_link_status_errors(failure) for failure in found if failure is not None]
             failure = self._wrap(error, known_secrets)
             if gym:
                 failure.__cause__ = gym[0]
@@ -373,6 +389,35 @@ def _escaped_upstream(error: BaseException) -> NgFailureEvent | None:
     if isinstance(carried, NgFailureEvent) and error.__cause__ is carried:
         return carried
     return status_error_failure(error, chain=False)
+
+
+def _link_status_errors(failure: NgFailureEvent) -> NgFailureEvent:
+    """`failure`, with the HTTP status error that ends its explicit chain given the upstream failure
+    its reply names (`status_error_failure`) as its `__cause__`.
+
+    `raise ResourcesServerFailure(...) from error`, with `error` NeMo Gym's `ClientResponseError`:
+    the error holds the upstream reply's report, but no Gym failure is on its chain, so the failure
+    would have no cause. Only the chain's last exception can be such an error (a status error with a
+    cause of its own keeps it), and the walk stops at a rebuilt failure, whose causes are its report's.
+    """
+    seen = {id(failure)}
+    current: BaseException = failure
+    for _ in range(_MAX_LINK_WALK):
+        if isinstance(current, NgFailureEvent) and current.remote_report is not None:
+            break
+        cause = current.__cause__
+        if cause is None:
+            if not isinstance(current, NgFailureEvent):
+                upstream = status_error_failure(current, chain=False)
+                if upstream is not None:
+                    current.__cause__ = upstream
+                    current.__suppress_context__ = True
+            break
+        if id(cause) in seen:
+            break
+        seen.add(id(cause))
+        current = cause
+    return failure
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:

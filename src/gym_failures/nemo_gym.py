@@ -12,12 +12,12 @@ which `gym_failures.rows.normalized` applies to every row):
   (1-based: the index plus one; a NeMo Gym row without it is attempt 1).
 - A completed row is flat: `reward` and `response` (and the verifier's other fields) at the top level.
   It becomes a success row whose `result` holds every key of the row that is neither a row-contract key
-  nor an `_ng_*` key; without a `verification` its `reward` is the verdict (`reward_is_verdict`, which
-  the gate reads). `mask_sample` true, and only that, marks it `masked`: a complete result that must
-  not be trained on, as NeMo Gym masks (`BaseVerifyResponse.mask_sample`). A result that names a
-  `failure_kind` with `mask_sample` false is a valid measurement that degraded on the way: it is
-  marked `degraded` (`degraded_kind`), never masked, and scored like any other. Either way it stays a
-  result (a success), never a failure.
+  nor an `_ng_*` key; without a `verification` its `reward` is the verdict (`reward_is_verdict`; the
+  gate scores any finite reward without a verification alike). `mask_sample` true, and only that,
+  marks it `masked`: a complete result that must not be trained on, as NeMo Gym masks
+  (`BaseVerifyResponse.mask_sample`). A result that names a `failure_kind` with `mask_sample` false
+  is a valid measurement that degraded on the way: it is marked `degraded` (`degraded_kind`), never
+  masked, and scored like any other. Either way it stays a result (a success), never a failure.
 - A failure row has `_ng_failure_class` (the label) and `_ng_failure_terminal`. It becomes a failure row:
   `failure` = {`failure_kind`: the label read as a kind (`nemo_label`: `LABEL_ALIASES`), `failure_reason`: the
   first string of `REASON_KEYS`, `stage`: `_ng_failure_stage`, `terminal`}; `final` is true when it is

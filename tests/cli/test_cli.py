@@ -180,6 +180,32 @@ def test_explain_shows_the_cause_tree_with_ids_and_boundaries(tmp_path: Path) ->
         assert f"id={event_id}" in output
 
 
+def test_explain_takes_a_rows_label_as_printed(run_dir: Path) -> None:
+    label = next(
+        line.split()[0]
+        for line in _invoke("explain", run_dir, "--rollout", "4:0").stdout.splitlines()
+        if ":" in line
+    )
+    assert label.endswith("out_failures.jsonl:1")
+    by_label = _invoke("explain", label)
+    assert by_label.exit_code == 0
+    assert by_label.stdout == _invoke("explain", label.rpartition(":")[0], "--line", "1").stdout
+    assert "rollout 4:0 · attempt 1" in by_label.stdout
+
+
+def test_explain_line_of_a_directory_names_the_files_to_ask(run_dir: Path) -> None:
+    result = _invoke("explain", run_dir, "--line", "3")
+    assert result.exit_code == 2
+    assert "--line numbers the lines of one file, not of a directory: try " in result.stderr
+    assert f"{run_dir / 'out_failures.jsonl'}:3" in result.stderr
+
+
+def test_explain_without_a_row_says_how_to_name_one(run_dir: Path) -> None:
+    result = _invoke("explain", run_dir)
+    assert result.exit_code == 2
+    assert "name a row: --line N (or FILE:N, as the labels print it) or --rollout ID" in result.stderr
+
+
 def test_explain_lists_events_outside_the_failure_chain_as_observations(tmp_path: Path) -> None:
     row = failure_row(context_limit(), "0:0")
     row = FailureReportRow.merged_into(row, oom_chain().failure_report())
@@ -369,8 +395,8 @@ def test_collect_output_then_gate_sees_every_rollout(tmp_path: Path, agent_url: 
     output = tmp_path / "run" / "rollouts.jsonl"
     _invoke("collect", tasks, "--agent-url", agent_url, "--output", output, "--max-attempts", "2")
     verdict = json.loads(_invoke("gate", tmp_path / "run", "--json").stdout)
-    # The agent's results carry a reward only: no verification, so the gate reads no verdict.
-    assert verdict["coverage"]["gate_derived_by_kind"] == {"grading_without_verdict": 1}
+    # The agent's results carry a finite reward and no verification: the reward is the measurement.
+    assert (verdict["coverage"]["scored"], verdict["coverage"]["gate_derived_by_kind"]) == (1, {})
     assert (verdict["coverage"]["failed"]["evaluation"], verdict["coverage"]["retried_attempts"]) == (1, 1)
 
 
@@ -510,7 +536,7 @@ def test_gate_takes_the_expected_count_from_the_manifest_beside_the_rows(tmp_pat
     result = _invoke("gate", _two_of_three(tmp_path))
     assert result.exit_code == 1
     assert "2 of 3 scored" in result.stdout
-    assert "1 rollouts missing (maximum 0)" in result.stdout
+    assert "1 rollout missing (maximum 0)" in result.stdout
     assert "run.manifest.json" in result.stdout
     assert result.stderr == ""
 
@@ -686,3 +712,62 @@ def test_summarize_with_no_failure_rows_draws_no_failure_table(tmp_path: Path) -
     assert result.exit_code == 0
     assert "No failure rows: nothing to group." in result.stdout
     assert "Failures by" not in result.stdout
+
+
+def test_gate_says_what_it_skipped_its_nonzero_parts_only_and_in_agreement(tmp_path: Path) -> None:
+    first = tmp_path / "a.jsonl"
+    second = tmp_path / "b.jsonl"
+    for path in (first, second):
+        write_jsonl(path, [success_row("0:0" if path is first else "1:0")])
+        with path.open("ab") as handle:
+            handle.write(TORN)
+    result = _invoke("gate", first, second, "--expected", "3")
+    assert "warning: the torn last lines of 2 files skipped\n" in result.stderr
+    assert "the torn last lines of 2 files skipped" in result.stdout
+    assert "1 rollout missing (maximum 0)" in result.stdout
+    alone = _invoke("gate", first, "--expected", "1")
+    assert "warning: a torn last line skipped\n" in alone.stderr
+
+
+def test_collect_output_with_a_trailing_slash_is_a_new_run_directory(tmp_path: Path, agent_url: str) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"mode": "ok"}])
+    result = _invoke("collect", tasks, "--agent-url", agent_url, "--output", f"{tmp_path / 'newdir'}/")
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "newdir" / "rollouts.jsonl").is_file()
+    assert not (tmp_path / "newdir.jsonl").exists()
+    assert _invoke("gate", tmp_path / "newdir").exit_code == 0
+
+
+def test_an_episode_failure_in_a_200_is_no_http_status_failure(tmp_path: Path, agent_url: str) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"mode": "terminal"}, {"mode": "raise"}])
+    output = tmp_path / "run" / "rollouts.jsonl"
+    _invoke("collect", tasks, "--agent-url", agent_url, "--output", output, "--max-attempts", "1")
+    rows = [
+        json.loads(line) for line in (tmp_path / "run" / "rollouts_failures.jsonl").read_text().splitlines()
+    ]
+    episode = next(row for row in rows if row["rollout_id"] == "0:0")
+    raised = next(row for row in rows if row["rollout_id"] == "1:0")
+    # NeMo Gym's `_ng_failure_http_status` is a failed /run reply's status: a 200 is no failed reply.
+    assert "_ng_failure_http_status" not in episode
+    assert raised["_ng_failure_http_status"] == 500
+    summary = json.loads(_invoke("summarize", tmp_path / "run", "--json").stdout)
+    statuses = {group["value"] for group in summary["by_http_status"]}
+    assert 200 not in statuses
+    assert None in statuses  # the episode failure names no status
+
+
+def test_explain_and_the_html_read_a_plain_503s_kind_by_its_status(tmp_path: Path) -> None:
+    from gym_failures.failures import AgentFailure, ModelFailure
+    from tests.saved_rows import raised
+
+    # What `raise_boundary_failure` saves for a model server's 503 without a report: the default kind.
+    plain = ModelFailure(failure_kind="model_request_error", failure_reason="answered 503", http_status=503)
+    failure = raised(AgentFailure(failure_kind="agent_run_error", failure_reason="no answer"), plain)
+    path = write_jsonl(tmp_path / "rollouts_failures.jsonl", [failure_row(failure, "0:0")])
+    shown = _invoke("explain", f"{path}:1").stdout
+    (line,) = [line for line in shown.splitlines() if "model_request_error" in line]
+    assert "http=503" in line
+    assert "(read as model_server_error)" in line
+    page = tmp_path / "report.html"
+    _invoke("summarize", path, "--html", page)
+    assert "(read as model_server_error)" in page.read_text()

@@ -163,7 +163,7 @@ def test_help_lists_the_exit_statuses() -> None:
     assert exit_info.value.code == 0
     text = stdout.getvalue()
     assert "exit status:" in text
-    assert "1    done, and the answer is no: the gate failed" in text
+    assert "1    done, and the answer is no: gate failed the run" in text
     assert "(default 0.95)" in text
 
 
@@ -331,7 +331,7 @@ def test_skipped_lines_are_one_warning_not_one_a_line(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == EXIT_OK
-    assert done.stderr == "warning: 3 invalid lines and 0 torn last lines skipped\n"
+    assert done.stderr == "warning: 3 invalid lines skipped\n"
 
 
 def without_progress(stderr: str) -> str:
@@ -379,3 +379,25 @@ def test_the_demo_without_its_extra_says_which_and_exits_2(tmp_path: Path, modul
         f"gym-failures demo: error: this command needs the demo extra ({module} is not installed): "
         "pip install 'gym-failures[demo]'\n"
     )
+
+
+def test_the_top_level_help_words_the_exit_statuses_as_the_readme_does() -> None:
+    import re
+
+    from gym_failures.cli._app import EXIT_STATUS_HELP
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    table = readme[readme.index("| Status | Meaning |") :].split("\n\n")[0].splitlines()[2:]
+    documented = {}
+    for row in table:
+        status, meaning = (cell.strip() for cell in row.strip("|").split(" | ", 1))
+        documented[status] = " ".join(meaning.replace("`", "").replace("\\|", "|").split())
+    helped: dict[str, str] = {}
+    for line in EXIT_STATUS_HELP.splitlines()[1:]:
+        match = re.match(r"  (\d+)\s+(.*)", line)
+        if match:
+            status = match.group(1)
+            helped[status] = match.group(2)
+        else:
+            helped[status] += " " + line.strip()
+    assert helped == documented

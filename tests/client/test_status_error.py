@@ -19,12 +19,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 from yarl import URL
 
-from gym_failures.asgi import FailureReportMiddleware
+from gym_failures.asgi import FailureReportMiddleware, _link_status_errors
 from gym_failures.client import raise_for_status, status_error_failure
-from gym_failures.failure_kinds import INFRASTRUCTURE_ERROR, MODEL_SERVER_ERROR
+from gym_failures.failure_kinds import AGENT_REQUEST_FAILED, INFRASTRUCTURE_ERROR, MODEL_SERVER_ERROR
 from gym_failures.failure_records import FailureBoundary, FailureReport
 from gym_failures.failure_transport import FailureHeader, RequestFailureLog
-from gym_failures.failures import ModelFailure, NgFailureEvent
+from gym_failures.failures import AgentFailure, ModelFailure, NgFailureEvent
 from tests.client.servers import CAUSE_ID, FAILURE_ID, QUERY_SECRET, TLS, serving
 
 SECRET_HEADER = "Bearer sk-requestsecret0123456789"
@@ -100,7 +100,10 @@ async def test_gym_failures_own_status_error_gives_none_as_it_carries_its_failur
 def agent_url(base_url: str) -> Iterator[str]:
     """An agent whose handler calls the model and lets the failed call's status error escape, as code
     that never used gym-failures' client does: aiohttp's own (`escape`), from a task group (`group`),
-    gym-failures' own `raise_for_status` (`ours`), or a `RuntimeError` raised from it (`wrap`)."""
+    gym-failures' own `raise_for_status` (`ours`), or a `RuntimeError` raised from it (`wrap`). Or it
+    raises its own Gym failure from aiohttp's error (`typed`), from httpx's (`typed_httpx`), from a
+    `RuntimeError` raised from aiohttp's (`typed_deep`), or a `RuntimeError` from such a failure
+    (`typed_under`)."""
 
     async def run(request: Request) -> Response:
         mode = request.query_params["mode"]
@@ -109,6 +112,26 @@ def agent_url(base_url: str) -> Iterator[str]:
             async with asyncio.TaskGroup() as group:
                 group.create_task(asyncio.sleep(0))
                 group.create_task(_aiohttp_error(url, raise_it=True))
+        if mode == "typed_httpx":
+            async with httpx.AsyncClient(verify=TLS) as http:
+                try:
+                    (await http.get(url)).raise_for_status()
+                except httpx.HTTPStatusError as error:
+                    raise AgentFailure(failure_kind=AGENT_REQUEST_FAILED, failure_reason="typed") from error
+        if mode.startswith("typed"):
+            status_error = await _aiohttp_error(url)
+            typed = AgentFailure(failure_kind=AGENT_REQUEST_FAILED, failure_reason="typed")
+            if mode == "typed":
+                raise typed from status_error
+            if mode == "typed_deep":
+                try:
+                    raise RuntimeError("the model call failed") from status_error
+                except RuntimeError as wrapper:
+                    raise typed from wrapper
+            try:
+                raise typed from status_error
+            except AgentFailure as failure:
+                raise RuntimeError("the agent failed") from failure
         async with aiohttp.ClientSession() as session, session.get(url) as response:
             if mode == "ours":
                 await raise_for_status(response, boundary="model")
@@ -158,6 +181,83 @@ async def test_an_exception_raised_from_a_status_error_has_the_upstream_failure_
     assert (agent.boundary, agent.failure_kind) == (FailureBoundary.AGENT, INFRASTRUCTURE_ERROR)
     assert agent.cause_id == FAILURE_ID
     assert report.events[FAILURE_ID].cause_id == CAUSE_ID
+
+
+@pytest.mark.parametrize("mode", ["typed", "typed_httpx", "typed_deep"])
+async def test_a_gym_failure_raised_from_a_status_error_has_the_upstream_failure_as_cause(
+    agent_url: str, mode: str
+) -> None:
+    """`raise AgentFailure(...) from error`, the status error anywhere on its explicit chain: the
+    agent's own failure is the reply's, caused by the model's failure with its ids and its causes."""
+    report = await _agent_report(agent_url, mode)
+    assert report.failure_id is not None
+    agent = report.events[report.failure_id]
+    assert (agent.boundary, agent.failure_kind, agent.failure_reason) == (
+        FailureBoundary.AGENT,
+        AGENT_REQUEST_FAILED,
+        "typed",
+    )
+    assert agent.cause_id == FAILURE_ID
+    assert report.events[FAILURE_ID].boundary == FailureBoundary.MODEL
+    assert report.events[FAILURE_ID].cause_id == CAUSE_ID
+    assert set(report.events) == {report.failure_id, FAILURE_ID, CAUSE_ID}
+
+
+async def test_an_exception_over_a_gym_failure_from_a_status_error_keeps_the_whole_chain(
+    agent_url: str,
+) -> None:
+    report = await _agent_report(agent_url, "typed_under")
+    assert report.failure_id is not None
+    wrapper = report.events[report.failure_id]
+    assert (wrapper.failure_kind, wrapper.exception_type) == (INFRASTRUCTURE_ERROR, "RuntimeError")
+    assert wrapper.cause_id is not None
+    typed = report.events[wrapper.cause_id]
+    assert (typed.failure_kind, typed.cause_id) == (AGENT_REQUEST_FAILED, FAILURE_ID)
+    assert report.events[FAILURE_ID].cause_id == CAUSE_ID
+
+
+async def test_a_status_error_is_linked_to_its_upstream_failure_once(base_url: str) -> None:
+    """The link is the status error's own `__cause__`, so the traceback keeps the status error; a
+    status error with a cause of its own keeps it, and one whose reply had no report gets none."""
+    error = await _aiohttp_error(f"{base_url}/fail")
+    failure = AgentFailure(failure_kind=AGENT_REQUEST_FAILED)
+    failure.__cause__ = error
+    with RequestFailureLog.capture():
+        assert _link_status_errors(failure) is failure
+        upstream = error.__cause__
+        assert isinstance(upstream, ModelFailure)
+        assert (upstream.event_id, error.__suppress_context__) == (FAILURE_ID, True)
+        _link_status_errors(failure)
+    assert error.__cause__ is upstream
+    assert failure.cause_id == FAILURE_ID
+
+    plain = await _aiohttp_error(f"{base_url}/plain/401")
+    linked = AgentFailure(failure_kind=AGENT_REQUEST_FAILED)
+    linked.__cause__ = plain
+    with RequestFailureLog.capture():
+        _link_status_errors(linked)
+    assert plain.__cause__ is None
+    assert linked.cause_id is None
+
+    own = RuntimeError("kept")
+    caused = await _aiohttp_error(f"{base_url}/fail")
+    caused.__cause__ = own
+    linked.__cause__ = caused
+    with RequestFailureLog.capture():
+        _link_status_errors(linked)
+    assert caused.__cause__ is own
+    assert linked.cause_id is None
+
+
+def test_linking_ends_on_a_cyclic_chain() -> None:
+    first = RuntimeError("a")
+    second = RuntimeError("b")
+    first.__cause__ = second
+    second.__cause__ = first
+    failure = AgentFailure(failure_kind=AGENT_REQUEST_FAILED)
+    failure.__cause__ = first
+    assert _link_status_errors(failure) is failure
+    assert failure.cause_id is None
 
 
 # --- property: any status error, any headers and body --------------------------------------------

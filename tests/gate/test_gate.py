@@ -100,8 +100,27 @@ def test_a_verifier_that_does_not_extract_never_makes_an_answer_malformed() -> N
     assert derive_gate_kind(row) is None
 
 
-def test_a_missing_verification_is_grading_without_verdict() -> None:
-    assert derive_gate_kind(success_row(verification=None)) == GRADING_WITHOUT_VERDICT
+def test_a_finite_reward_without_verification_is_a_measurement_as_nemo_gym_scores_it() -> None:
+    assert derive_gate_kind(success_row(verification=None)) is None
+    row = success_row(verification=None)
+    row["result"]["reward"] = 0
+    assert derive_gate_kind(row) is None
+
+
+@pytest.mark.parametrize("reward", [None, float("nan"), float("inf"), True, "1.0", "absent"])
+def test_no_verification_and_no_finite_reward_is_grading_without_verdict(reward: object) -> None:
+    row = success_row(verification=None)
+    if reward == "absent":
+        del row["result"]["reward"]
+    else:
+        row["result"]["reward"] = reward
+    assert derive_gate_kind(row) == GRADING_WITHOUT_VERDICT
+
+
+def test_a_verification_without_verdict_decides_over_a_finite_reward() -> None:
+    row = success_row(verification={"verdict": None})
+    assert row["result"]["reward"] == 1.0
+    assert derive_gate_kind(row) == GRADING_WITHOUT_VERDICT
 
 
 def test_a_null_verdict_is_grading_without_verdict() -> None:
@@ -171,7 +190,7 @@ def test_a_caller_replaces_the_rules_with_its_own_list() -> None:
     def reward_is_the_verdict(row: Mapping[str, Any]) -> str | None:
         return None if isinstance(row["result"].get("reward"), float) else GRADING_WITHOUT_VERDICT
 
-    row = success_row(verification=None)
+    row = success_row(verification={"verdict": None})
     assert derive_gate_kind(row) == GRADING_WITHOUT_VERDICT
     assert derive_gate_kind(row, [truncated_answer, reward_is_the_verdict]) is None
 
@@ -185,7 +204,7 @@ def test_the_first_rule_that_returns_a_kind_wins() -> None:
 
 
 def test_coverage_uses_the_rules_it_is_given() -> None:
-    rows = [success_row("0:0", verification=None)]
+    rows = [success_row("0:0", verdict=None)]
     assert rollout_coverage(rows).scored == 0
     assert rollout_coverage(rows, rules=[truncated_answer]).unscored == 1
 
@@ -274,7 +293,7 @@ def test_an_unregistered_failure_kind_is_of_unknown_class() -> None:
 
 def test_gate_derived_outcomes_are_counted_by_class_and_kind() -> None:
     truncated = responses_object(status="incomplete", incomplete_reason="max_output_tokens")
-    rows = [success_row("0:0", response=truncated), success_row("1:0", verification=None)]
+    rows = [success_row("0:0", response=truncated), success_row("1:0", verdict=None)]
     coverage = _coverage(rows)
     assert coverage.gate_derived == {"model": 1, "evaluation": 1, "unknown": 0}
     assert coverage.gate_derived_by_kind == {TRUNCATED_ANSWER: 1, GRADING_WITHOUT_VERDICT: 1}
@@ -357,12 +376,12 @@ def test_an_unknown_failure_fails_the_default_gate() -> None:
 
 def test_a_missing_rollout_fails_the_default_gate() -> None:
     verdict = check(_run(scored=100, missing=1))
-    assert verdict.reasons == ["1 rollouts missing (maximum 0)"]
+    assert verdict.reasons == ["1 rollout missing (maximum 0)"]
 
 
 def test_more_outcomes_than_expected_fail_the_gate() -> None:
     coverage = rollout_coverage([success_row("0:0"), success_row("1:0")], expected=1)
-    assert check(coverage).reasons == ["1 more outcomes than the 1 expected"]
+    assert check(coverage).reasons == ["1 more outcome than the 1 expected"]
 
 
 def test_an_empty_run_fails() -> None:
@@ -419,13 +438,13 @@ def test_a_share_at_its_bounds_is_accepted_as_a_float(bound: float) -> None:
 
 
 def test_evaluation_share_counts_failed_and_gate_derived_outcomes() -> None:
-    rows = [success_row("0:0", verification=None), failure_row(oom_chain(), "1:0"), success_row("2:0")]
+    rows = [success_row("0:0", verdict=None), failure_row(oom_chain(), "1:0"), success_row("2:0")]
     coverage = rollout_coverage(rows)
     assert coverage.by_class(FailureClass.EVALUATION) == 2
 
 
 def test_grading_without_verdict_is_evaluation_side() -> None:
-    rows = [success_row("0:0", verification=None)]
+    rows = [success_row("0:0", verdict=None)]
     assert grading_without_verdict(rows[0]) == GRADING_WITHOUT_VERDICT
     assert rollout_coverage(rows).gate_derived["evaluation"] == 1
 

@@ -4,8 +4,9 @@ own `ServerClient` and `raise_for_status` (`peer/gf_servers.py`, `peer/nemo_gym_
 The agent's call sites are NeMo Gym's (`await raise_for_status(response)`), unchanged: its reply
 carries the resources server's failure with the ids the resources server made, as a call site
 rewritten to `raise_boundary_failure` would (and as the cause of the agent's own failure when the
-agent raises from NeMo Gym's error). A canary secret in the collector's request header and one in
-the resources server's config reach no header, body or log line.
+agent raises a `RuntimeError` or a gym-failures `AgentFailure` from NeMo Gym's error). A canary
+secret in the collector's request header and one in the resources server's config reach no header,
+body or log line.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tests.nemo_gym_peer.peer_process import NEMO_GYM_VERSION, run_peer
 
 HEADER_CANARY = "CANARYhdr-7d41c0ffee"
 CONFIG_CANARY = "CANARYcfg-3b9a5eed42"
-CALLS = ("agent_chain", "agent_wrapped", "agent_plain", "agent_ok", "resources_chain")
+CALLS = ("agent_chain", "agent_wrapped", "agent_typed", "agent_plain", "agent_ok", "resources_chain")
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,32 @@ def test_an_exception_raised_from_nemo_gyms_error_is_the_agents_caused_by_the_up
     assert agent.cause_id == made["event_id"]
     assert report.events[made["event_id"]].failure_kind == "verifier_error"
     assert report.events[made["event_id"]].cause_id == made["cause_id"]
+
+
+def test_a_gym_failure_raised_from_nemo_gyms_error_is_caused_by_the_upstream_with_its_ids(
+    peer: dict[str, Any],
+) -> None:
+    """`raise AgentFailure(...) from error`, `error` NeMo Gym's own `ClientResponseError`: the reply
+    is the agent's typed failure, its cause the resources server's failure with the ids that server
+    made, and that failure's cause the judge model's."""
+    call = peer["agent_typed"]
+    assert call["status"] == 500
+    report = _report(call)
+    assert report.failure_id is not None
+    agent = report.events[report.failure_id]
+    assert (agent.boundary.value, agent.failure_kind, agent.failure_reason) == (
+        "agent",
+        "agent_request_failed",
+        "the verification failed",
+    )
+    made = peer["events"][2]
+    assert agent.cause_id == made["event_id"]
+    upstream = report.events[made["event_id"]]
+    assert (upstream.boundary.value, upstream.failure_kind) == ("resources_server", "verifier_error")
+    assert upstream.cause_id == made["cause_id"]
+    judge = report.events[made["cause_id"]]
+    assert (judge.boundary.value, judge.failure_kind) == ("model", "model_server_error")
+    assert json.loads(call["body"])["event_id"] == report.failure_id
 
 
 def test_a_plain_exception_upstream_arrives_as_the_upstreams_own_failure(peer: dict[str, Any]) -> None:
@@ -118,5 +145,5 @@ def test_our_failure_metric_is_on_nemo_gyms_resource_in_its_server_process(peer:
     metrics = {metric["name"]: metric for scope in resource["scope_metrics"] for metric in scope["metrics"]}
     points = metrics[SERVER_FAILURES]["data"]["data_points"]
     by_kind = {point["attributes"]["nemo.gym.failure_kind"]: point["value"] for point in points}
-    assert by_kind["verifier_error"] >= 3  # chain, wrapped (both through the agent) and the direct call
+    assert by_kind["verifier_error"] >= 4  # chain, wrapped, typed (through the agent) and the direct call
     assert by_kind["infrastructure_error"] >= 1

@@ -195,3 +195,31 @@ def test_the_fixed_width_charts_of_before_overflowed_a_phone(report: str) -> Non
     fixed = report.replace('class="chart" viewBox="0 0 400', 'width="820" viewBox="0 0 400', 1)
     layout = _layout(fixed, 375)
     assert layout["scrollWidth"] > layout["clientWidth"]
+
+
+def test_the_report_holds_the_gates_outcomes_by_kind_and_its_notes(tmp_path: Path) -> None:
+    from tests.cli.invoke import run_cli
+    from tests.saved_rows import responses_object
+
+    truncated = responses_object(text="The", status="incomplete", incomplete_reason="max_output_tokens")
+    rows = [success_row(f"{index}:0", response=truncated) for index in range(3)]
+    rows += [success_row(f"{index}:0", response=responses_object(text=None)) for index in range(3, 5)]
+    degraded = success_row("5:0")
+    degraded["failure_kind"] = "judge_failed"
+    masked = success_row("6:0")
+    masked["mask_sample"] = True
+    rows += [degraded, masked, failure_row(oom_chain(), "7:0", attempt=1, final=False)]
+    files = [write_jsonl(tmp_path / "rollouts.jsonl", rows)]
+    _, gate_text, _ = run_cli("gate", *files)
+    page = tmp_path / "report.html"
+    run_cli("summarize", *files, "--html", page)
+    text = html.unescape(re.sub(r"<[^>]+>", " ", page.read_text().replace("<wbr>", "")))
+    words = " ".join(text.split())
+    for kind, count in (("truncated_answer", 3), ("empty_answer", 2)):
+        assert re.search(rf"{kind}\s*│\s*{count}", gate_text)
+        assert f"{kind} {count}" in words
+    assert "Outcomes by kind" in words
+    assert "Degraded (scored, a failure kind named): judge_failed 1" in words
+    assert "degraded (scored, a failure kind named): judge_failed 1" in gate_text
+    assert "1 retried attempt (not outcomes)" in words
+    assert "masked 1" in words

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -128,3 +129,53 @@ def test_progress_rate_and_eta() -> None:
     progress.add(RolloutOutcome("scored", True))
     progress.add(RolloutOutcome("scored", True))
     assert progress.eta_s == 0.0
+
+
+# --- "scored" as the gate counts it -----------------------------------------------------------
+
+
+def test_a_success_row_is_counted_as_the_gate_counts_it() -> None:
+    masked = {"rollout_id": "0:0", "result": {"reward": 0.0}, "mask_sample": True}
+    assert rollout_outcome(masked) == RolloutOutcome("masked", True)
+    degraded = {"rollout_id": "0:0", "result": {"reward": 1.0}, "failure_kind": "judge_failed"}
+    assert rollout_outcome(degraded) == RolloutOutcome("scored", True, degraded=True)
+    no_reward = {"rollout_id": "0:0", "result": {"reward": None}}
+    assert rollout_outcome(no_reward) == RolloutOutcome(
+        "gate_derived", True, failure_class="evaluation", failure_kind="grading_without_verdict"
+    )
+    verdict = {"rollout_id": "0:0", "result": {"reward": None, "verification": {"verdict": False}}}
+    assert rollout_outcome(verdict) == RolloutOutcome("scored", True)
+
+
+def test_the_progress_counts_agree_with_the_gates_coverage() -> None:
+    from gym_failures.gate import rollout_coverage
+
+    rows: list[dict[str, Any]] = [
+        {"rollout_id": "0:0", "result": {"reward": 1.0}},
+        {"rollout_id": "1:0", "result": {"reward": 1.0}, "failure_kind": "judge_failed"},
+        {"rollout_id": "2:0", "result": {"reward": 0.0}, "mask_sample": True},
+        {"rollout_id": "3:0", "result": {}},
+        {"rollout_id": "4:0", "result": {"reward": 0.0, "response": {"status": "completed", "output": []}}},
+    ]
+    progress = CollectionProgress(expected=len(rows))
+    for row in rows:
+        progress.add(rollout_outcome(row))
+    coverage = rollout_coverage(rows)
+    assert (
+        (progress.scored, progress.degraded, progress.masked)
+        == (
+            coverage.scored,
+            coverage.degraded,
+            coverage.masked,
+        )
+        == (2, 1, 1)
+    )
+    assert (
+        progress.gate_derived
+        == {k: v for k, v in coverage.gate_derived.items() if v}
+        == {
+            "evaluation": 1,
+            "model": 1,
+        }
+    )
+    assert progress.succeeded == len(rows)

@@ -34,6 +34,41 @@ def test_without_a_terminal_a_plain_line_goes_out_at_the_end(capsys: pytest.Capt
     assert " ETA " in lines[0]
 
 
+def test_the_masked_degraded_and_gate_derived_successes_have_their_own_counts() -> None:
+    progress = CollectionProgress(expected=10)
+    progress.add(RolloutOutcome("scored", True, degraded=True))
+    progress.add(RolloutOutcome("scored", True))
+    progress.add(RolloutOutcome("masked", True))
+    progress.add(RolloutOutcome("gate_derived", True, "evaluation", "grading_without_verdict"))
+    progress.add(RolloutOutcome("failed", True, "model"))
+    assert counts_text(progress) == (
+        "2 scored (1 degraded) · 1 masked · gate-derived: evaluation 1 · failed: model 1 · 0 retried"
+    )
+
+
+def test_the_live_line_in_docs_telemetry_is_one_the_collector_prints() -> None:
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[2] / "docs" / "telemetry.md").read_text()
+    line = next(line for line in docs.splitlines() if line.startswith("collecting: "))
+    progress = CollectionProgress(expected=200)
+    for _ in range(178):
+        progress.add(RolloutOutcome("scored", True))
+    for kind, cls, count in (
+        ("truncated_answer", "model", 9),
+        ("grading_without_verdict", "evaluation", 8),
+    ):
+        for _ in range(count):
+            progress.add(RolloutOutcome("gate_derived", True, cls, kind))
+    for cls, count in (("model", 1), ("evaluation", 4)):
+        for _ in range(count):
+            progress.add(RolloutOutcome("failed", True, cls))
+    for _ in range(34):
+        progress.add(RolloutOutcome("failed", False, "evaluation"))
+    printed = f"collecting: {progress.done}/{progress.expected} done · {counts_text(progress)} · "
+    assert line.startswith(printed)
+
+
 def test_without_a_terminal_lines_go_out_once_per_interval(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -57,14 +57,16 @@ EXIT_BROKEN_PIPE = 141
 """The output's reader closed the pipe (`| head`), as shells report SIGPIPE; nothing is printed."""
 
 EXIT_STATUS_HELP = """exit status:
-  0    done (gate: the run passed)
-  1    done, and the answer is no: the gate failed; explain found no such row;
-       collect: no rollout of the run succeeded (its resumed rows included)
+  0    done; gate: the run passed
+  1    done, and the answer is no: gate failed the run; explain found no such
+       row; no rollout of collect's run succeeded (resumed rows included), or
+       it could not reach the agent
   2    nothing done: a bad option, a missing or unreadable path, input without
-       rows or tasks, a busy port, an extra that is not installed (one line on
-       stderr says which)
+       rollout rows or tasks, a busy port, an extra that is not installed; one
+       line on stderr says which
   130  interrupted
-  141  the output's reader closed the pipe (| head)"""
+  141  the output's reader closed the pipe (| head); nothing printed"""
+"""The statuses as the README's table words them (tests/cli/test_exits.py compares the two)."""
 
 METRICS_MODULES = ("prometheus_client", "opentelemetry.sdk", "opentelemetry.exporter.prometheus")
 """What `--metrics-port` needs: the `prometheus` extra's modules (`require_extra`)."""
@@ -163,9 +165,22 @@ def add_command(
     return parser
 
 
-def plural(count: int, noun: str) -> str:
-    """`1 line`, `2 lines`: a count and its noun, agreeing."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """`1 line`, `2 lines`: a count and its noun, agreeing (`nouns` when the plural is not `noun` + s)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {nouns or noun + 's'}"
+
+
+def skipped_text(invalid_lines: int, torn_tails: int, other_rows: int = 0) -> str:
+    """What a reader skipped, its nonzero parts only: "2 invalid lines and the torn last lines of 2
+    files skipped" (a file has one last line), "" when nothing was skipped."""
+    parts = [plural(invalid_lines, "invalid line")] if invalid_lines else []
+    if torn_tails:
+        parts.append("a torn last line" if torn_tails == 1 else f"the torn last lines of {torn_tails} files")
+    if other_rows:
+        parts.append(plural(other_rows, "other row"))
+    if not parts:
+        return ""
+    return f"{', '.join(parts[:-1])} and {parts[-1]} skipped" if len(parts) > 1 else f"{parts[0]} skipped"
 
 
 def needs_extra(what: str, extra: str, module: str) -> str:

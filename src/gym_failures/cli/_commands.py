@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -55,6 +56,7 @@ from gym_failures.cli._app import (
     require_extra,
     require_file,
     shell_path,
+    skipped_text,
 )
 from gym_failures.cli._serve import add_serve, add_verdict
 from gym_failures.cli._text import print_json, stderr_line
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
     from gym_failures.collection import CollectionSummary
     from gym_failures.reporting.explain import RowExplanation
     from gym_failures.reporting.summary import Summary
+    from gym_failures.telemetry import CollectionProgress
 
 __all__ = [
     "COMMANDS",
@@ -93,6 +96,8 @@ GATE_DEFAULTS = {
 }
 """`GateThresholds()`'s defaults, shown in `gate --help` without importing the gate (a test keeps
 them equal)."""
+
+GRADING_WITHOUT_VERDICT_KIND = "grading_without_verdict"
 
 _TRANSPORT_KINDS = frozenset({"transport_unreachable", "transport_timeout", "transport_connection_reset"})
 """Failure kinds that mean no reply came from the agent server."""
@@ -335,6 +340,23 @@ def _html_report(summary: Summary, files: Sequence[Path]) -> str:
 # --- explain -----------------------------------------------------------------------------------
 
 
+def _no_row_of_rollout(files: Sequence[Path], rollout: str) -> str:
+    """Why `explain --rollout` found no row of `rollout`: one the materialized inputs beside `files`
+    owe left no row at all (killed or drained, as `gate` counts it), which a resume dispatches; any
+    other is in none of `files`."""
+    from gym_failures.nemo_gym import inventory_paths, read_inventory
+    from gym_failures.rows import rollout_id
+
+    inventories = inventory_paths(files)
+    if inventories and rollout in {rollout_id(*key) for key in read_inventory(inventories).keys}:
+        names = ", ".join(str(path) for path in inventories)
+        return (
+            f"rollout {rollout!r} is owed by the materialized inputs ({names}) and left no row at all "
+            "(killed or drained): a resume dispatches it"
+        )
+    return f"no row of rollout {rollout!r} in {', '.join(str(path) for path in files)}"
+
+
 def add_explain(commands: Subcommands) -> None:
     parser = add_command(
         commands,
@@ -347,13 +369,13 @@ def add_explain(commands: Subcommands) -> None:
         extra="cli",
     )
     _paths_argument(parser)
-    which = parser.add_mutually_exclusive_group(required=True)
+    which = parser.add_mutually_exclusive_group()
     which.add_argument(
         "--line",
         type=_at_least(1),
         metavar="N",
         help="the row on line N of the one file given (1-based, every line counted, as editors and "
-        "`grep -n` number them)",
+        "`grep -n` number them); `explain FILE:N` is the same, as the cause trees' labels print it",
     )
     which.add_argument("--rollout", metavar="ID", help="every row of rollout ID, by attempt")
     _json_option(parser)
@@ -362,16 +384,22 @@ def add_explain(commands: Subcommands) -> None:
 def _run_explain(arguments: argparse.Namespace) -> int:
     from gym_failures.reporting.explain import line_row, rollout_rows
 
+    if arguments.line is None and arguments.rollout is None:
+        arguments.paths, arguments.line = _labelled_line(arguments.paths)
     files = row_inputs(arguments.paths, run_failures=arguments.line is None)
     if arguments.line is not None:
-        if len(arguments.paths) != 1 or arguments.paths[0].is_dir():
+        if len(arguments.paths) == 1 and arguments.paths[0].is_dir():
+            # Lines are numbered per file: name the file, as the labels `FILE:N` do.
+            names = " or ".join(f"{path}:{arguments.line}" for path in files[:2])
+            raise CommandError(f"--line numbers the lines of one file, not of a directory: try {names}")
+        if len(arguments.paths) != 1:
             raise CommandError("--line needs exactly one file")
         found = line_row(files[0], arguments.line)
         explanations = [] if found is None else [found]
         missing = f"{files[0]} has no line {arguments.line}"
     else:
         explanations = rollout_rows(files, arguments.rollout)
-        missing = f"no row of rollout {arguments.rollout!r} in {', '.join(str(path) for path in files)}"
+        missing = _no_row_of_rollout(files, arguments.rollout)
     if arguments.json_output:
         # json.dumps, not pydantic's serializer: a saved row may hold a lone surrogate ("\ud800"), which
         # pydantic refuses to encode and JSON writes as an escape.
@@ -385,6 +413,16 @@ def _run_explain(arguments: argparse.Namespace) -> int:
         stderr_line(f"gym-failures explain: {missing}")
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _labelled_line(paths: list[Path]) -> tuple[list[Path], int]:
+    """`FILE:N`, as the cause trees' labels print a row, read as FILE and `--line N`."""
+    import re
+
+    label = re.fullmatch(r"(.+):([1-9][0-9]*)", str(paths[0])) if len(paths) == 1 else None
+    if label is None or paths[0].exists() or not Path(label.group(1)).is_file():
+        raise CommandError("name a row: --line N (or FILE:N, as the labels print it) or --rollout ID")
+    return [Path(label.group(1))], int(label.group(2))
 
 
 # --- gate --------------------------------------------------------------------------------------
@@ -443,11 +481,7 @@ def _run_gate(arguments: argparse.Namespace) -> int:
             raise CommandError(f"no rollout rows in {names}, and no manifest says how many were expected")
         _warn(f"no rollout rows in {names}")
     if coverage.invalid_lines or coverage.torn_tails:
-        invalid, torn = (
-            plural(coverage.invalid_lines, "invalid line"),
-            plural(coverage.torn_tails, "torn last line"),
-        )
-        _warn(f"{invalid} and {torn} skipped")
+        _warn(skipped_text(coverage.invalid_lines, coverage.torn_tails))
     verdict = acceptance.check(coverage, thresholds)
     for warning in verdict.warnings:
         _warn(warning)
@@ -481,7 +515,7 @@ def add_collect(commands: Subcommands) -> None:
     parser.add_argument(
         "--output",
         required=True,
-        type=Path,
+        type=_output_argument,
         metavar="OUTPUT",
         help="the success rows' file, OUTPUT.jsonl (`.jsonl` is added when missing), or a run "
         "directory (the rows file its manifest names)",
@@ -539,6 +573,16 @@ def add_collect(commands: Subcommands) -> None:
     )
     add_metrics_option(parser)
     _json_option(parser)
+
+
+def _output_argument(text: str) -> Path:
+    """`--output` as a path; `newdir/` (a trailing slash, no such directory yet) is a run directory to
+    make, its rows `newdir/rollouts.jsonl` (as the collector names a directory's rows), never
+    `newdir.jsonl` beside it."""
+    path = Path(text)
+    if text.endswith(("/", os.sep)) and not path.exists():
+        return path / "rollouts.jsonl"
+    return path
 
 
 def _output_path(output: Path) -> Path:
@@ -640,18 +684,16 @@ def _require_tasks(path: Path) -> None:
 def _run_collect(arguments: argparse.Namespace) -> int:
     if arguments.metrics_port is not None:
         require_extra("--metrics-port", "prometheus", METRICS_MODULES)
-    from dataclasses import fields
-
     from pydantic import ValidationError
 
     from gym_failures._loop import run as run_loop
     from gym_failures.cli._live import live_collection, metrics_endpoint
-    from gym_failures.cli._render import print_collection
     from gym_failures.collection import CollectionConfig
     from gym_failures.collection import collect as run_collection
     from gym_failures.collection._protocols import default_protocol
     from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED, COLLECTION_RESUME_REFUSED
     from gym_failures.failures import NgFailureEvent
+    from gym_failures.telemetry import CollectionProgress
 
     if arguments.workers is not None and arguments.ray is None:
         raise CommandError("--workers needs --ray")
@@ -678,7 +720,13 @@ def _run_collect(arguments: argparse.Namespace) -> int:
     with contextlib.ExitStack() as running:
         if arguments.metrics_port is not None:
             running.enter_context(metrics_endpoint(arguments.metrics_port, "gym-failures-collect"))
-        on_progress = running.enter_context(live_collection())
+        live = running.enter_context(live_collection())
+        seen: list[CollectionProgress] = []
+
+        def on_progress(progress: CollectionProgress) -> None:
+            seen[:] = [progress]
+            live(progress)
+
         try:
             if arguments.ray is not None:
                 collect_on_ray, ray_join_error = _ray_collector()
@@ -698,14 +746,68 @@ def _run_collect(arguments: argparse.Namespace) -> int:
                 raise
             quoted = (config.output_path, config.lock_path)
             raise CommandError(_flag_words(failure.failure_reason, quoted)) from None
-    figures = {field.name: getattr(summary, field.name) for field in fields(summary) if field.name != "scans"}
+    return _collect_result(summary, seen[0] if seen else CollectionProgress(), config, arguments)
+
+
+def _collect_result(
+    summary: CollectionSummary, progress: CollectionProgress, config: Any, arguments: argparse.Namespace
+) -> int:
+    """Print a finished collection's figures (its successes in the gate's words) and give its exit
+    status: 1 when the run's rows hold no success, or when no attempt of this run reached the agent."""
+    from dataclasses import fields
+
+    from gym_failures.cli._render import print_collection
+
+    figures: dict[str, Any] = {}
+    for field in fields(summary):
+        if field.name != "scans":
+            figures[field.name] = getattr(summary, field.name)
+        if field.name == "succeeded":
+            figures.update(_outcome_figures(progress))
     if arguments.json_output:
         print_json(json.dumps(figures, indent=2))
     else:
         print_collection(figures, config.output_path, config.failures_path)
+    _say_unmeasured(progress)
     if summary.succeeded == 0 and not _any_success(config.output_path):
         return _no_success(config.failures_path, arguments.agent_url, summary)
+    unreached_only = set(progress.failed_attempts_by_kind) <= _TRANSPORT_KINDS
+    if progress.attempts and unreached_only and not progress.succeeded:
+        # Every attempt of this run reached no agent: the run's earlier successes do not make it a pass.
+        unreached = ", ".join(f"{kind} {count}" for kind, count in progress.failed_attempts_by_kind.items())
+        stderr_line(
+            f"gym-failures collect: the agent at {_safe_url(arguments.agent_url)} could not be reached "
+            f"by any of this run's {plural(progress.attempts, 'attempt')} ({unreached})"
+        )
+        return EXIT_FAILED
     return EXIT_OK
+
+
+def _safe_url(url: str) -> str:
+    from gym_failures.redaction import url_without_secrets
+
+    return url_without_secrets(url)
+
+
+def _outcome_figures(progress: CollectionProgress) -> dict[str, Any]:
+    """This run's successes as the gate counts them (`gym-failures gate`'s words for its counts)."""
+    return {
+        "scored": progress.scored,
+        "of_which_degraded": progress.degraded,
+        "masked": progress.masked,
+        "gate_derived": dict(progress.gate_derived_by_kind),
+    }
+
+
+def _say_unmeasured(progress: CollectionProgress) -> None:
+    """Say once, at the end, when successes hold nothing the gate can score, and what to return."""
+    unmeasured = progress.gate_derived_by_kind.get(GRADING_WITHOUT_VERDICT_KIND, 0)
+    if unmeasured:
+        stderr_line(
+            f"gym-failures collect: {unmeasured} of {plural(progress.succeeded, 'success', 'successes')} "
+            "hold no measurement the gate can score (grading_without_verdict): return a finite "
+            '"reward" in the result, or a verdict in result["verification"]["verdict"] (docs/agents.md)'
+        )
 
 
 def _ray_collector() -> tuple[Any, type[Exception]]:

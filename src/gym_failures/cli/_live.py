@@ -1,10 +1,12 @@
 """What a long-running command shows and serves while it runs: the live view of a collection (a rich
 progress bar on a terminal, plain lines otherwise) and its `/metrics` endpoint (`metrics_endpoint`).
 
-On a terminal (stderr) the bar shows rollouts done of expected, this run's successes and final
-failures by class, attempts retried, the rate and the time left; it is transient. When stderr is no
-terminal (a CI log, a file) the same figures go out as one plain line every `PLAIN_INTERVAL_S`
-seconds and once at the end, so a log shows a long run moving without a line per rollout.
+On a terminal (stderr) the bar shows rollouts done of expected, this run's scored rollouts (as the
+gate counts them: a verdict, else a finite reward, and no gate class), its degraded, masked and
+gate-derived successes when there are any, final failures by class, attempts retried, the rate and
+the time left; it is transient. When stderr is no terminal (a CI log, a file) the same figures go out
+as one plain line every `PLAIN_INTERVAL_S` seconds and once at the end, so a log shows a long run
+moving without a line per rollout.
 """
 
 from __future__ import annotations
@@ -35,14 +37,25 @@ def _duration(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
 
 
-def counts_text(progress: CollectionProgress) -> str:
-    """The counts beside the bar: successes, final failures by class, retried attempts."""
-    failed = ", ".join(
-        f"{name} {progress.failed[name]}"
-        for name in (*_CLASSES, *sorted(set(progress.failed) - set(_CLASSES)))
-        if progress.failed.get(name)
+def _by_class(counts: dict[str, int]) -> str:
+    return ", ".join(
+        f"{name} {counts[name]}"
+        for name in (*_CLASSES, *sorted(set(counts) - set(_CLASSES)))
+        if counts.get(name)
     )
-    text = f"{progress.succeeded} scored · failed: {failed or 'none'} · {progress.retried} retried"
+
+
+def counts_text(progress: CollectionProgress) -> str:
+    """The counts beside the bar: scored (of which degraded), masked and gate-derived successes, final
+    failures by class, retried attempts; the words and counts `gym-failures gate` prints."""
+    text = f"{progress.scored} scored"
+    if progress.degraded:
+        text += f" ({progress.degraded} degraded)"
+    if progress.masked:
+        text += f" · {progress.masked} masked"
+    if sum(progress.gate_derived.values()):
+        text += f" · gate-derived: {_by_class(progress.gate_derived)}"
+    text += f" · failed: {_by_class(progress.failed) or 'none'} · {progress.retried} retried"
     if progress.omitted:
         text += f" · {progress.omitted} omitted"
     return text

@@ -8,7 +8,7 @@ interpreted), cleaned by `gym_failures.cli._text.clean` (no terminal control cha
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from gym_failures.cli._app import plural
+from gym_failures.cli._app import plural, skipped_text
 from gym_failures.cli._text import clean as _clean
 from gym_failures.failure_kinds import FailureClass
 
@@ -213,6 +213,9 @@ def _event_label(node: EventNode, prefix: str) -> Text:
     for name, key in (("stage", "stage"), ("http", "http_status"), ("operation", "operation")):
         if key in event:
             label.append(f"  {name}={_clean(event[key])}")
+    reading = status_reading(event)
+    if reading is not None:
+        label.append(f"  (read as {_clean(reading)})", style="dim")
     label.append(f"  id={_clean(event.get('event_id'))}", style="dim")
     if event.get("failure_reason"):
         label.append(f"\n{_clean(event['failure_reason'])}", style="italic")
@@ -220,6 +223,19 @@ def _event_label(node: EventNode, prefix: str) -> Text:
     if isinstance(foreign, dict):
         label.append(f"\nforeign error: {_clean(foreign.get('exception_type'))}", style="dim")
     return label
+
+
+def status_reading(event: Mapping[str, Any]) -> str | None:
+    """The kind an HTTP-shaped kind reads as with its status (`reporting_failure_kind`: a model
+    server's plain 503 saved as `model_request_error` reads as `model_server_error`), when that
+    differs from the kind saved; the event itself is never changed."""
+    from gym_failures.failure_kinds import reporting_failure_kind
+
+    kind = event.get("failure_kind")
+    if not isinstance(kind, str):
+        return None
+    reading = reporting_failure_kind(kind, event.get("http_status"))
+    return reading if reading is not None and reading != kind else None
 
 
 # Each level of a tree indents by four columns: past this depth a terminal shows nothing readable, so
@@ -363,12 +379,7 @@ def print_verdict(verdict: GateVerdict) -> None:
         console.print(by_kind)
     notes = [f"{plural(coverage.retried_attempts, 'retried attempt')} (not outcomes)"]
     if coverage.invalid_lines or coverage.torn_tails or coverage.other_rows:
-        skipped = (
-            plural(coverage.invalid_lines, "invalid line"),
-            plural(coverage.torn_tails, "torn last line"),
-            plural(coverage.other_rows, "other row"),
-        )
-        notes.append(f"{', '.join(skipped)} skipped")
+        notes.append(skipped_text(coverage.invalid_lines, coverage.torn_tails, coverage.other_rows))
     console.print(Text("; ".join(notes), style="dim"))
     console.print(Text(coverage.line, style="bold"))
     if verdict.passed:
@@ -382,12 +393,23 @@ def print_verdict(verdict: GateVerdict) -> None:
 # --- collect -----------------------------------------------------------------------------------
 
 
+# The figures whose key alone would mislead: "dispatch errors 0" beside attempts that were all refused.
+_COLLECTION_LABELS = {
+    "dispatch_errors": "collector faults (collection_dispatch_failed)",
+    "succeeded": "succeeded (scored, masked or gate-derived)",
+    "of_which_degraded": "  of which degraded",
+    "gate_derived": "gate-derived",
+}
+
+
 def print_collection(figures: dict[str, Any], output: Path, failures_path: Path) -> None:
     """A collection run's figures, and where its rows are."""
     table = Table(title="Collection", title_justify="left")
     table.add_column("")
     table.add_column("count", justify="right")
     for key, value in figures.items():
-        table.add_row(key.replace("_", " "), str(value))
+        if isinstance(value, dict):
+            value = ", ".join(f"{name} {count}" for name, count in value.items()) or "0"
+        table.add_row(cell(_COLLECTION_LABELS.get(key, key.replace("_", " "))), cell(value))
     stdout().print(table)
     stdout().print(Text(f"rows in {output}, failures in {failures_path}", style="dim"))

@@ -875,7 +875,9 @@ class AttemptDispatcher:
             nemo_gym.failure_keys(
                 failure,
                 exception_type=seen.exception_type,
-                http_status=seen.http_status,
+                # NeMo Gym's key is a failed `/run` reply's status (rollout_collection.py:1641): an
+                # episode failure answered in a 2xx is no failed reply, and has none.
+                http_status=seen.http_status if not _succeeded_status(seen.http_status) else None,
                 response_body=seen.body_excerpt,
             )
         )
@@ -1026,6 +1028,10 @@ def dispatcher_for(config: CollectionConfig, run_id: str) -> AttemptDispatcher:
 
         return NemoGymDispatcher(config, run_id)
     return AttemptDispatcher(config, run_id)
+
+
+def _succeeded_status(status: int | None) -> bool:
+    return status is not None and 200 <= status <= 299
 
 
 def _answered(safe_url: str, status: int | None) -> HttpDetails:

@@ -29,7 +29,7 @@ from gym_failures.gate._answers import (
     output_text,
     truncated_answer,
 )
-from gym_failures.gate._coverage import Coverage, read_coverage, rollout_coverage
+from gym_failures.gate._coverage import Coverage, gate_kind_class, read_coverage, rollout_coverage
 from gym_failures.gate._verdict import GateThresholds, GateVerdict, check
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "check",
     "derive_gate_kind",
     "empty_answer",
+    "gate_kind_class",
     "grading_without_verdict",
     "has_verdict",
     "malformed_answer",

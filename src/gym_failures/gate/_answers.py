@@ -16,8 +16,8 @@ Success-row contract (what the default rules read from a success row's `result`)
     `choices[0].message.content` (a string, or a list of parts with `text`).
   A result without a response in either shape gives the answer rules no evidence: they return None,
   and only the verification is judged.
-- `result["verification"]`: the verifier's account (a NeMo Gym completed row has none: its `reward`
-  is the verdict, see `has_verdict`), a mapping with `verdict` (a bool, a number or a
+- `result["verification"]`: the verifier's account, optional (a NeMo Gym completed row has none:
+  its `reward` is the measurement, see `has_verdict`), a mapping with `verdict` (a bool, a number or a
   non-empty string; None or absent when no verdict was reached) and, for a verifier that extracts
   answers, `extracted_answer` (the extracted text, or None when extraction failed; a verifier that
   does not extract leaves the key out).
@@ -28,7 +28,8 @@ Rules (`DEFAULT_RULES`, in this order; the first that returns a kind wins):
    or a chat `finish_reason` of `length`.
 2. `empty_answer`: a response with no final output text (whitespace only counts as none).
 3. `malformed_answer`: a verification with `extracted_answer` None while the output text is not empty.
-4. `grading_without_verdict`: no verdict, because the verification is missing or its verdict is None.
+4. `grading_without_verdict`: no measurement: a verification whose verdict is None (or absent), or,
+   without a verification, no finite `reward` (None, missing, NaN).
 
 The order puts cause before symptom, following the pipeline (generation, extraction, grading): an
 answer cut off by the token limit is often empty (reasoning used the budget) and cannot be parsed; an
@@ -36,7 +37,7 @@ empty answer leaves nothing to extract; and a verifier handed no answer returns 
 the earliest fault names the policy's own behaviour (model-side) rather than its evaluation-side
 symptom, which would otherwise be blamed on the grader. A rule is any callable from a row to a kind
 or None; pass your own list to replace or extend these (for an environment whose `reward` is its
-verdict, for instance, drop `grading_without_verdict`).
+verdict and that saves a verification anyway, for instance, drop `grading_without_verdict`).
 
 A row is read, never trusted: a value of the wrong type (a list where a string belongs, a number for
 a mapping) is no evidence, and no row makes the gate raise.
@@ -129,21 +130,26 @@ def _verification(row: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return _mapping(_result(row).get("verification"))
 
 
-def has_verdict(row: Mapping[str, Any]) -> bool:
-    """Whether a success row's verification reached a verdict (`False` and `0` are verdicts).
+def _finite_number(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and (isinstance(value, int) or math.isfinite(value))  # an int is finite, however long
+    )
 
-    A NeMo Gym completed row has no verification: its `reward` is the resources server's verdict
-    (`reward_is_verdict`, set when such a row is read), so a numeric reward is its verdict.
+
+def has_verdict(row: Mapping[str, Any]) -> bool:
+    """Whether a success row holds a measurement: its verification's verdict when it has a
+    verification (`False` and `0` are verdicts), else a finite `reward`.
+
+    A finite reward is the measurement, as NeMo Gym scores it (its collector counts a result's
+    `reward`, nemo_gym/rollout_collection.py:2758): an agent that returns `{"reward": 1.0, ...}` is
+    scored. A verification the agent saved is the grader's own account and decides: one without a
+    verdict is `grading_without_verdict`, whatever reward it passed on.
     """
     verification = _verification(row)
     if verification is None:
-        reward = _result(row).get("reward")
-        return (
-            row.get("reward_is_verdict") is True
-            and isinstance(reward, int | float)
-            and not isinstance(reward, bool)
-            and (isinstance(reward, int) or math.isfinite(reward))  # an int is finite, however long
-        )
+        return _finite_number(_result(row).get("reward"))
     verdict = verification.get("verdict")
     if isinstance(verdict, str):
         return bool(verdict.strip())
@@ -187,7 +193,7 @@ def malformed_answer(row: Mapping[str, Any]) -> str | None:
 
 
 def grading_without_verdict(row: Mapping[str, Any]) -> str | None:
-    """`grading_without_verdict` when the verification is missing or reached no verdict."""
+    """`grading_without_verdict` when the row holds no measurement (`has_verdict`)."""
     return None if has_verdict(row) else GRADING_WITHOUT_VERDICT
 
 

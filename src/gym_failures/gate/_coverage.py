@@ -95,6 +95,11 @@ _GATE_KIND_STAGE: dict[str, FailureStage] = {
 }
 
 
+def gate_kind_class(kind: str, config: failure_kinds.FailureClassificationConfig | None = None) -> str:
+    """The responsibility class of a gate-derived kind (`classify_failure` with the stage it arises in)."""
+    return classify_failure(kind, _GATE_KIND_STAGE.get(kind), config=config).value
+
+
 def _class_counts() -> dict[str, int]:
     return {failure_class.value: 0 for failure_class in FailureClass}
 
@@ -259,8 +264,7 @@ def _outcome(
             return _Outcome(1, _attempt(row), "masked")
         kind = derive_gate_kind(row, rules)
         if kind is not None:
-            failure_class = classify_failure(kind, _GATE_KIND_STAGE.get(kind), config=config).value
-            return _Outcome(1, _attempt(row), "gate", kind, failure_class)
+            return _Outcome(1, _attempt(row), "gate", kind, gate_kind_class(kind, config))
         if not has_verdict(row):
             return _Outcome(1, _attempt(row), "unscored")
         return _Outcome(1, _attempt(row), "scored", degraded=degraded_kind(row))

@@ -100,10 +100,18 @@ def check(coverage: Coverage, thresholds: GateThresholds | None = None) -> GateV
                 f"unknown-class share {unknown:.2%} is above the maximum {thresholds.max_unknown_share:.2%}"
             )
     if coverage.missing > thresholds.max_missing:
-        no_row = f"; {coverage.left_no_row} of them left no row at all" if coverage.left_no_row else ""
-        reasons.append(f"{coverage.missing} rollouts missing (maximum {thresholds.max_missing}){no_row}")
+        no_row = ""
+        if coverage.left_no_row:
+            no_row = (
+                "; it left no row at all"
+                if coverage.missing == 1
+                else (f"; {coverage.left_no_row} of them left no row at all")
+            )
+        rollouts = "1 rollout" if coverage.missing == 1 else f"{coverage.missing} rollouts"
+        reasons.append(f"{rollouts} missing (maximum {thresholds.max_missing}){no_row}")
     if coverage.unexpected:
-        reasons.append(f"{coverage.unexpected} more outcomes than the {coverage.expected} expected")
+        outcomes = "1 more outcome" if coverage.unexpected == 1 else f"{coverage.unexpected} more outcomes"
+        reasons.append(f"{outcomes} than the {coverage.expected} expected")
     warnings: list[str] = []
     if coverage.expected_source == "rows_seen":
         warnings.append(
@@ -112,9 +120,14 @@ def check(coverage: Coverage, thresholds: GateThresholds | None = None) -> GateV
             "is not counted as missing"
         )
     if coverage.inventory_invalid_lines:
+        lines = (
+            "1 line of the materialized inputs names"
+            if coverage.inventory_invalid_lines == 1
+            else f"{coverage.inventory_invalid_lines} lines of the materialized inputs name"
+        )
         warnings.append(
-            f"{coverage.inventory_invalid_lines} lines of the materialized inputs name no rollout "
-            "(not a JSON object with _ng_task_index and _ng_rollout_index): not counted as expected"
+            f"{lines} no rollout (not a JSON object with _ng_task_index and _ng_rollout_index): "
+            "not counted as expected"
         )
     return GateVerdict(
         passed=not reasons, reasons=reasons, coverage=coverage, thresholds=thresholds, warnings=warnings

@@ -24,8 +24,10 @@ from collections.abc import Sequence
 from html import escape
 from typing import TYPE_CHECKING
 
+from gym_failures.failure_kinds import reporting_failure_kind
+
 if TYPE_CHECKING:  # only annotations need them: rendering a summary does not load duckdb
-    from gym_failures.gate import GateVerdict
+    from gym_failures.gate import Coverage, GateVerdict
     from gym_failures.reporting.explain import EventNode, RowExplanation
     from gym_failures.reporting.summary import GroupCount, Summary
 
@@ -224,7 +226,43 @@ def _verdict_section(verdict: GateVerdict) -> str:
             if coverage.missing_rollouts
             else ""
         )
+        + _outcome_kinds(coverage)
     )
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _outcome_kinds(coverage: Coverage) -> str:
+    """What `gym-failures gate` prints below its table: degraded results by kind, the outcomes by
+    kind (final failures and gate-derived alike), retried attempts and skipped lines."""
+    from collections import Counter
+
+    parts = []
+    if coverage.degraded_by_kind:
+        degraded = ", ".join(f"{kind} {count}" for kind, count in coverage.degraded_by_kind.items())
+        parts.append(f'<p class="dim">Degraded (scored, a failure kind named): {escape(degraded)}</p>')
+    kinds = Counter(coverage.failed_by_kind) + Counter(coverage.gate_derived_by_kind)
+    if kinds:
+        rows = sorted(((_label(kind), count) for kind, count in kinds.items()), key=lambda r: (-r[1], r[0]))
+        parts.append("<h3>Outcomes by kind</h3>" + _table(("kind", "rollouts"), rows, frozenset({1})))
+    notes = [_plural(coverage.retried_attempts, "retried attempt") + " (not outcomes)"]
+    skipped = [_plural(coverage.invalid_lines, "invalid line")] if coverage.invalid_lines else []
+    if coverage.torn_tails:
+        # As `gym-failures gate` words it: a file has one last line.
+        torn = coverage.torn_tails
+        skipped.append("a torn last line" if torn == 1 else f"the torn last lines of {torn} files")
+    if coverage.other_rows:
+        skipped.append(_plural(coverage.other_rows, "other row"))
+    if skipped:
+        notes.append(
+            f"{', '.join(skipped[:-1])} and {skipped[-1]} skipped"
+            if len(skipped) > 1
+            else f"{skipped[0]} skipped"
+        )
+    parts.append(f'<p class="dim">{escape("; ".join(notes))}</p>')
+    return "".join(parts)
 
 
 def _event_item(node: EventNode, prefix: str) -> str:
@@ -237,6 +275,11 @@ def _event_item(node: EventNode, prefix: str) -> str:
     for name, key in (("stage", "stage"), ("http", "http_status"), ("operation", "operation")):
         if key in event:
             parts.append(f" {name}={escape(_label(event[key]))}")
+    kind = event.get("failure_kind")
+    reading = reporting_failure_kind(kind, event.get("http_status")) if isinstance(kind, str) else None
+    if reading is not None and reading != kind:
+        # As `gym-failures explain` shows it: the kind its status reads as, the event unchanged.
+        parts.append(f' <span class="dim">(read as {escape(_label(reading))})</span>')
     parts.append(f' <span class="dim">id={escape(_label(event.get("event_id")))}</span>')
     if event.get("failure_reason"):
         parts.append(f'<span class="reason">{escape(str(event["failure_reason"]))}</span>')

@@ -1,6 +1,11 @@
 """What a written rollout row counts as, and the running counts of a collection for its live view.
 
-`rollout_outcome` reads a row the collector has just written: a success row is `scored`; a failure
+`rollout_outcome` reads a row the collector has just written. A success row is counted as the gate
+counts it (`gym_failures.gate`, its default rules), so that "scored" means one thing in the live
+view, the metrics and the gate: `scored` when it holds a measurement (a verdict, else a finite
+`reward`) and no gate class; `masked` when NeMo Gym's `mask_sample` is true; `gate_derived` when a
+gate rule names a kind (`truncated_answer`, `grading_without_verdict`...), which it carries with its
+class. A scored result that names a `failure_kind` without `mask_sample` is `degraded` too. A failure
 row is `failed`, with its responsibility class (`classify_failure` of the `EpisodeFailure`'s kind and
 stage, else its failure event's, and the failure event's HTTP status: the evidence the gate uses), its
 kind and its exception type (the failure event's `exception_type`, else the Gym failure class of its
@@ -26,7 +31,7 @@ from gym_failures.row_keys import FINAL
 
 __all__ = ["CollectionProgress", "Outcome", "RolloutOutcome", "rollout_outcome"]
 
-Outcome = Literal["scored", "failed", "omitted"]
+Outcome = Literal["scored", "masked", "gate_derived", "failed", "omitted"]
 _STAGES: frozenset[str] = frozenset(get_args(FailureStage))
 
 
@@ -40,12 +45,30 @@ class RolloutOutcome:
     failure_class: str | None = None
     failure_kind: str | None = None
     failure_type: str | None = None
+    degraded: bool = False
+    """A scored result that names a `failure_kind` without `mask_sample`: measured, but degraded."""
+
+
+def _success_outcome(row: Mapping[str, Any]) -> RolloutOutcome:
+    """A success row's outcome, as the gate's default rules count it."""
+    # Imported here: the gate's modules are loaded only once a success row is counted.
+    from gym_failures.gate import derive_gate_kind, gate_kind_class
+    from gym_failures.nemo_gym import degraded_kind
+    from gym_failures.rows import normalized
+
+    read = normalized(row)
+    if read.get("masked") is True:
+        return RolloutOutcome("masked", final=True)
+    kind = derive_gate_kind(read)
+    if kind is not None:
+        return RolloutOutcome("gate_derived", True, failure_class=gate_kind_class(kind), failure_kind=kind)
+    return RolloutOutcome("scored", final=True, degraded=degraded_kind(read) is not None)
 
 
 def rollout_outcome(row: Mapping[str, Any]) -> RolloutOutcome:
     """The outcome of a row the collector wrote (a success row or a failure row)."""
     if "failure" not in row:
-        return RolloutOutcome("scored", final=True)
+        return _success_outcome(row)
     failure = row.get("failure")
     failure = failure if isinstance(failure, Mapping) else {}
     report = FailureReportRow.report(row)
@@ -77,12 +100,23 @@ class CollectionProgress:
     expected: int = 0
     already_done: int = 0
     succeeded: int = 0
+    """Rollouts whose final outcome is a success: scored, masked or gate-derived."""
+    scored: int = 0
+    """Successes the gate scores (a measurement, no gate class), as `Coverage.scored` counts them."""
+    degraded: int = 0
+    """Of `scored`, the results that name a `failure_kind` without `mask_sample`."""
+    masked: int = 0
+    gate_derived: dict[str, int] = field(default_factory=dict)
+    """Successes a gate rule names a kind for, by class (`model`, `evaluation`, `unknown`)."""
+    gate_derived_by_kind: dict[str, int] = field(default_factory=dict)
     failed: dict[str, int] = field(default_factory=dict)
     """Rollouts whose final outcome is a failure, by class (`model`, `evaluation`, `unknown`)."""
     attempts: int = 0
     retried: int = 0
     """Failed attempts that will be dispatched again."""
     omitted: int = 0
+    failed_attempts_by_kind: dict[str, int] = field(default_factory=dict)
+    """This run's failed attempts (final or retried) by kind, `(none)` for a failure without one."""
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -113,11 +147,26 @@ class CollectionProgress:
         """Count one saved row; `dispatched` is false for a row that closes a rollout without an
         attempt (its recorded attempts already used up the budget)."""
         self.attempts += dispatched
-        if outcome.outcome == "scored":
+        if outcome.outcome in ("scored", "masked", "gate_derived"):
             self.succeeded += 1
-        elif outcome.outcome == "omitted":
+            if outcome.outcome == "scored":
+                self.scored += 1
+                self.degraded += outcome.degraded
+            elif outcome.outcome == "masked":
+                self.masked += 1
+            else:
+                key = outcome.failure_class or "unknown"
+                self.gate_derived[key] = self.gate_derived.get(key, 0) + 1
+                kind = outcome.failure_kind or "(none)"
+                self.gate_derived_by_kind[kind] = self.gate_derived_by_kind.get(kind, 0) + 1
+            return
+        if outcome.outcome == "omitted":
             self.omitted += 1
-        elif outcome.final:
+            return
+        if dispatched:
+            kind = outcome.failure_kind or "(none)"
+            self.failed_attempts_by_kind[kind] = self.failed_attempts_by_kind.get(kind, 0) + 1
+        if outcome.final:
             key = outcome.failure_class or "unknown"
             self.failed[key] = self.failed.get(key, 0) + 1
         else:

@@ -9,7 +9,8 @@
   resources server's `/verify` (a proxying agent) through NeMo Gym's `ServerClient`, then calls NeMo
   Gym's own `raise_for_status` as NeMo Gym's bundled agents do (responses_api_agents/simple_agent/
   app.py:491), unchanged; mode `wrapped` catches its `ClientResponseError` and raises a
-  `RuntimeError` from it. `GET /_test/middleware` lists the app's middleware, outermost first.
+  `RuntimeError` from it, mode `typed` a gym-failures `AgentFailure` (`agent_request_failed`).
+  `GET /_test/middleware` lists the app's middleware, outermost first.
 
 The resources server records into the OpenTelemetry SDK on NeMo Gym's resource for it (see
 `GfResources.setup_telemetry`); `GET /_test/metrics` answers what an in-memory reader collects.
@@ -40,8 +41,8 @@ from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNo
 from nemo_gym.server_utils import get_response_json, raise_for_status
 from pydantic import ConfigDict
 
-from gym_failures import ModelFailure, ResourcesServerFailure
-from gym_failures.failure_kinds import MODEL_SERVER_ERROR, VERIFIER_ERROR
+from gym_failures import AgentFailure, ModelFailure, ResourcesServerFailure
+from gym_failures.failure_kinds import AGENT_REQUEST_FAILED, MODEL_SERVER_ERROR, VERIFIER_ERROR
 from gym_failures.nemo_gym_server import instrument
 
 EVENTS_ENV = "GF_EVENTS"
@@ -171,7 +172,7 @@ class GfAgent(SimpleResponsesAPIAgent):
         headers = {}
         if "authorization" in request.headers:
             headers["Authorization"] = request.headers["authorization"]
-        mode = "chain" if body.mode == "wrapped" else body.mode
+        mode = "chain" if body.mode in ("wrapped", "typed") else body.mode
         payload = body.model_dump() | {"response": answer("42").model_dump(), "mode": mode}
         response = await self.server_client.post(
             server_name=self.config.resources_server_name, url_path="/verify", json=payload, headers=headers
@@ -181,6 +182,13 @@ class GfAgent(SimpleResponsesAPIAgent):
                 await raise_for_status(response)
             except ClientResponseError as error:
                 raise RuntimeError("the verification failed") from error
+        elif body.mode == "typed":
+            try:
+                await raise_for_status(response)
+            except ClientResponseError as error:
+                raise AgentFailure(
+                    failure_kind=AGENT_REQUEST_FAILED, failure_reason="the verification failed"
+                ) from error
         else:
             await raise_for_status(response)
         return BaseVerifyResponse.model_validate(await get_response_json(response))

@@ -145,6 +145,7 @@ async def _calls(client: ServerClient, canary: str) -> dict[str, Any]:
     results = {
         "agent_chain": await _call(client, "gf_agent", "/run", run | {"mode": "chain"}, canary),
         "agent_wrapped": await _call(client, "gf_agent", "/run", run | {"mode": "wrapped"}, canary),
+        "agent_typed": await _call(client, "gf_agent", "/run", run | {"mode": "typed"}, canary),
         "agent_plain": await _call(client, "gf_agent", "/run", run | {"mode": "plain"}, canary),
         "agent_ok": await _call(client, "gf_agent", "/run", run | {"mode": "ok"}, canary),
         "resources_chain": await _call(client, "gf_resources", "/verify", verify | {"mode": "chain"}, canary),
