@@ -10,6 +10,7 @@ not agree today, the test is a strict xfail naming the gap (issue 19): it flips 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Iterator
@@ -25,9 +26,9 @@ from gym_failures.gate import check, read_coverage
 from gym_failures.reporting.explain import line_row
 from gym_failures.reporting.summary import summarize
 from gym_failures.rows import normalized
-from tests.nemo_gym_peer.world import NemoGymReading, NemoGymWorld
+from tests.nemo_gym_peer.world import PEER_AGENT, NemoGymReading, NemoGymWorld
 
-AGENT = "gf_peer_agent"
+AGENT = PEER_AGENT
 """Not the world's default name: a configured agent name reaches NeMo Gym's rows as `agent_ref`."""
 GYM_FAILURE_EVENT = "evt-world-"
 
@@ -111,7 +112,7 @@ def _write_tasks(path: Path, tasks: list[dict[str, Any]]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+def runs(tmp_path_factory: pytest.TempPathFactory, peer_world: NemoGymWorld) -> Iterator[Runs]:
     root = tmp_path_factory.mktemp("nemo_gym_runs")
     tasks = {
         name: _write_tasks(root / "input" / f"{name}.jsonl", rows)
@@ -125,7 +126,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
             "repeated_line": REPEATED_LINE,
         }.items()
     }
-    with NemoGymWorld(agent_name=AGENT, cwd=root) as world:
+    with contextlib.nullcontext(peer_world) as world:  # the session's, its agent named AGENT
         mix = world.collect(root / "mix", tasks["mix"], num_repeats=2)
         # NeMo Gym's health check runs over the mix run only: the others need no report of it.
         mix_aggregated = world.aggregate(root / "mix")

@@ -33,6 +33,9 @@ from typing import Any
 from tests.nemo_gym_peer.peer_process import NEMO_GYM_PYTHON, PEER_DIR, REPO, PeerFailed
 
 DEFAULT_AGENT_NAME = "world_agent"
+PEER_AGENT = "gf_peer_agent"
+"""The session world's agent name (`peer_world`, tests/nemo_gym_peer/conftest.py); not the world's
+default, so a configured agent name reaches NeMo Gym's rows as `agent_ref`."""
 JOB_TIMEOUT_S = 600.0
 """Only so that a hung peer cannot hang the suite; no assertion depends on how long a job takes."""
 

@@ -561,6 +561,14 @@ def add_collect(commands: Subcommands) -> None:
         "what NeMo Gym's aggregation groups by, and in metrics (a resumed run's own; else `agent`)",
     )
     parser.add_argument(
+        "--agent-protocol",
+        choices=("gym-failures", "nemo-gym"),
+        default=None,
+        help="the /run the agent speaks: gym-failures' episode protocol, or nemo-gym, NeMo Gym's own "
+        "agents' (the materialized row in, the flat verify response out); default: the run's own, "
+        "nemo-gym for a run NeMo Gym wrote, else gym-failures",
+    )
+    parser.add_argument(
         "--ray",
         nargs="?",
         const="",
@@ -737,6 +745,7 @@ def _run_collect(arguments: argparse.Namespace) -> int:
     from gym_failures.cli._live import live_collection, metrics_endpoint
     from gym_failures.collection import AgentDown, CollectionConfig
     from gym_failures.collection import collect as run_collection
+    from gym_failures.collection._protocols import default_protocol
     from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED, COLLECTION_RESUME_REFUSED
     from gym_failures.failures import NgFailureEvent
     from gym_failures.telemetry import CollectionProgress
@@ -768,6 +777,8 @@ def _run_collect(arguments: argparse.Namespace) -> int:
         )
     except ValidationError as error:
         raise _config_error(error, arguments.output) from None
+    protocol = arguments.agent_protocol or default_protocol(config.output_path)
+    config = config.model_copy(update={"agent_protocol": protocol})
     with contextlib.ExitStack() as running:
         if arguments.metrics_port is not None:
             running.enter_context(metrics_endpoint(arguments.metrics_port, "gym-failures-collect"))

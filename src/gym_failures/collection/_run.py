@@ -26,7 +26,10 @@ Protocol with the agent server: `POST <agent_url>/run` with the JSON body
 `BaseEpisodeResponse` (exactly one of `result` or `failure`, and `failure_report`), with the
 `X-NG-Failure-Report` header. A non-2xx reply is the agent's failure (rebuilt with
 `raise_boundary_failure`); a reply that never arrives is the collector's own failure, of boundary
-`collection` and a transport kind, with the transport error as its cause.
+`collection` and a transport kind, with the transport error as its cause. That is the `gym-failures`
+agent protocol; with `agent_protocol` `nemo-gym` the collector speaks NeMo Gym's own agents' `/run`
+instead, the hooks `_payload`, `_read` and `_result_row` of `NemoGymDispatcher`
+(`gym_failures.collection._nemo_gym_protocol`).
 
 The collector's own failures, each recorded as a failed attempt (retried within the budget), never
 raised out of the run:
@@ -143,6 +146,7 @@ from gym_failures.collection._pacing import (
     accepts_connections,
     retry_hint,
 )
+from gym_failures.collection._protocols import GYM_FAILURES_PROTOCOL, NEMO_GYM_PROTOCOL, AgentProtocol
 from gym_failures.failure_kinds import (
     COLLECTION_DISPATCH_FAILED,
     COLLECTION_RESUME_REFUSED,
@@ -286,6 +290,10 @@ class CollectionConfig(BaseModel):
     retry_terminal: bool = False
     """Reopen, on resume, the rollouts closed by a failure the agent marked `terminal` (within the
     budget); the rollouts closed by the budget are reopened whenever `max_attempts` is raised."""
+    agent_protocol: AgentProtocol = GYM_FAILURES_PROTOCOL
+    """What `/run` the agent speaks: `gym-failures` (the protocol above), or `nemo-gym`, NeMo Gym's own
+    agents' `/run` (`gym_failures.collection._nemo_gym_protocol`: the materialized row in, the flat
+    verify response out, stored as NeMo Gym stores it)."""
 
     @field_validator("output_path")
     @classmethod
@@ -388,6 +396,8 @@ class CollectionSummary:
     """Rows on disk that NeMo Gym marked never to be saved: ignored by the resume."""
     invalid_materialized_lines: int = 0
     """Lines of the run's materialized inputs that name no rollout (or one already named): skipped."""
+    omitted: int = 0
+    """Attempts whose reply NeMo Gym's protocol marks never to be saved (`_ng_no_persist`): no row."""
     scans: list[JsonlScan] = field(default_factory=list)
 
 
@@ -401,6 +411,8 @@ class PendingRollout:
     next_attempt: int
     agent_name: str = "agent"
     """Its rows' `agent_ref.name`."""
+    materialized: dict[str, Any] = field(default_factory=dict)
+    """Its materialized row, as the run's materialized inputs hold it: what the `nemo-gym` protocol sends."""
 
 
 def _digest(path: Path) -> str:
@@ -558,6 +570,7 @@ def _write_manifest(config: CollectionConfig, manifest: _Manifest, expected: int
         **manifest.identity,
         "expected_rollouts": expected,
         "run_id": manifest.run_id,
+        "agent_protocol": config.agent_protocol,
     }
     _write_atomic(config.manifest_path, json.dumps(document, indent=2) + "\n")
 
@@ -678,7 +691,7 @@ def _pending(
             )
             continue
         rollouts.append(
-            PendingRollout(item.task_index, item.rollout_index, task_of(item.row), used + 1, agent)
+            PendingRollout(item.task_index, item.rollout_index, task_of(item.row), used + 1, agent, item.row)
         )
     return rollouts, closing
 
@@ -725,6 +738,10 @@ class _Seen:
     body_excerpt: str = ""
     retry_hint_s: float | None = None
     """What the failure's hints ask to wait (`gym_failures.collection._pacing.retry_hint`)."""
+
+
+AttemptSeen = _Seen
+"""What the collector saw of one attempt's exchange, by the name the protocol hooks' overrides use."""
 
 
 def _seen(failure: NgFailureEvent, agent_url: str) -> _Seen:
@@ -778,6 +795,9 @@ class AttemptRow:
     """The wait the failure asked for (its `Retry-After`, a quota's reset), unbounded yet; else None."""
     transport_kind: str | None = None
     """The transport failure kind of a failure the collector saw itself (no reply came), else None."""
+    persisted: bool = True
+    """False for a NeMo Gym reply marked never to be saved (`_ng_no_persist`): no row is written, the
+    attempt is counted as omitted, and the rollout waits for a resume, as NeMo Gym leaves it."""
 
 
 AttemptFunction = Callable[[PendingRollout, int], Awaitable[AttemptRow]]
@@ -927,7 +947,7 @@ class Collector:
     @contextlib.asynccontextmanager
     async def dispatcher(self) -> AsyncIterator[AttemptFunction]:
         """What dispatches one attempt, for the run's duration: here, this process's client session."""
-        async with AttemptDispatcher(self.config, self.run_id) as dispatcher:
+        async with dispatcher_for(self.config, self.run_id) as dispatcher:
             yield dispatcher.row
 
     async def dispatch_rollouts(
@@ -1047,6 +1067,13 @@ class Collector:
         after what wait (written in the row, `_gf_retry_wait_s`, when `paces_retries`)."""
         self.summary.attempts += 1
         self.summary.dispatch_errors += outcome.dispatch_error
+        if not outcome.persisted:
+            self.summary.omitted += 1
+            omitted = RolloutOutcome("omitted", final=False)
+            record_rollout(omitted, self.config.agent_name)
+            self.progress.add(omitted)
+            self._progress()
+            return None
         retry: Retry | None = None
         key = str(outcome.row.get("rollout_id"))
         if not outcome.succeeded and not outcome.final:
@@ -1119,9 +1146,7 @@ class AttemptDispatcher:
     ) -> AttemptRow:
         row = _base_row(rollout, attempt)
         if response.result is not None:
-            row.update(_success_fields(response.result))
-            row.update(FailureReportRow.fields(report))
-            return AttemptRow(row, succeeded=True, final=True)
+            return self._result_row(rollout, attempt, row, response.result, report, seen)
         assert response.failure is not None
         final_reason = self._final_reason(response.failure, seen, attempt)
         failure = response.failure.model_dump(mode="json")
@@ -1156,6 +1181,32 @@ class AttemptDispatcher:
             transport_kind=kind if seen.source == "collector" and kind in _TRANSPORT_KINDS else None,
         )
 
+    def _result_row(
+        self,
+        rollout: PendingRollout,
+        attempt: int,
+        row: dict[str, Any],
+        result: dict[str, Any],
+        report: FailureReport,
+        seen: _Seen,
+    ) -> AttemptRow:
+        """The row of an attempt the agent answered with a result (`row` holds the base keys)."""
+        row.update(_success_fields(result))
+        row.update(FailureReportRow.fields(report))
+        return AttemptRow(row, succeeded=True, final=True)
+
+    def _payload(self, rollout: PendingRollout, attempt: int) -> dict[str, Any]:
+        """The `/run` body of attempt `attempt` of `rollout`."""
+        return {
+            "task": rollout.task,
+            "rollout_id": rollout_id(rollout.task_index, rollout.rollout_index),
+            "attempt": attempt,
+        }
+
+    def _read(self, body: bytes, url: str) -> BaseEpisodeResponse:
+        """A 2xx reply's `body` as an episode response (a `CollectionFailure` when it is none)."""
+        return read_episode_response(body, url)
+
     def _final_reason(self, failure: EpisodeFailure, seen: _Seen, attempt: int) -> str | None:
         """Why no attempt follows this failed one, or None when the rollout is retried."""
         if failure.terminal:
@@ -1188,11 +1239,7 @@ class AttemptDispatcher:
         """One attempt's outcome, the report observed for it and what the collector saw of the
         exchange; never raises for a failed attempt."""
         url = _run_url(self.config.agent_url)
-        payload = {
-            "task": rollout.task,
-            "rollout_id": rollout_id(rollout.task_index, rollout.rollout_index),
-            "attempt": attempt,
-        }
+        payload = self._payload(rollout, attempt)
         with RequestFailureLog.capture() as log:
             try:
                 response, status = await self._exchange(session, url, payload)
@@ -1242,7 +1289,7 @@ class AttemptDispatcher:
                 )
                 raise failure from error
             assert status is not None
-            return read_episode_response(body, url), status
+            return self._read(body, url), status
         except CollectionFailure as failure:
             if failure.http_details is None and status is not None:
                 # A reply came, and the collector refused it: delivered.
@@ -1263,6 +1310,15 @@ class AttemptDispatcher:
                 failure_reason=f"{target}: the collector failed unexpectedly ({type(error).__name__})",
                 exception_type=exception_type_name(error),
             ) from error
+
+
+def dispatcher_for(config: CollectionConfig, run_id: str) -> AttemptDispatcher:
+    """The dispatcher of `config`'s agent protocol (`CollectionConfig.agent_protocol`)."""
+    if config.agent_protocol == NEMO_GYM_PROTOCOL:
+        from gym_failures.collection._nemo_gym_protocol import NemoGymDispatcher
+
+        return NemoGymDispatcher(config, run_id)
+    return AttemptDispatcher(config, run_id)
 
 
 def _succeeded_status(status: int | None) -> bool:

@@ -66,7 +66,13 @@ import ray.exceptions
 
 from gym_failures.collection import CollectionConfig, CollectionSummary, RowWriter
 from gym_failures.collection._pacing import Clock
-from gym_failures.collection._run import AttemptDispatcher, AttemptRow, Collector, PendingRollout
+from gym_failures.collection._run import (
+    AttemptDispatcher,
+    AttemptRow,
+    Collector,
+    PendingRollout,
+    dispatcher_for,
+)
 from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED
 from gym_failures.failures import CollectionFailure, exception_type_name
 from gym_failures.ray import gym_failure_of
@@ -104,7 +110,7 @@ class _WorkerRun:
 
     def __init__(self, key: str, config: CollectionConfig, run_id: str) -> None:
         self.key = key
-        self.dispatcher = AttemptDispatcher(config, run_id)
+        self.dispatcher = dispatcher_for(config, run_id)
         self.slots = asyncio.Semaphore(config.concurrency)
         self.done: list[tuple[int, AttemptRow]] = []
         self.ready = asyncio.Event()
@@ -377,7 +383,7 @@ class RayCollector(Collector):
         self._stopping = False
         self._changed = asyncio.Condition()
         up: list[asyncio.Future[Any]] = [asyncio.ensure_future(_answered(worker)) for worker in self.workers]
-        lost = AttemptDispatcher(self.config, self.run_id)
+        lost = dispatcher_for(self.config, self.run_id)
         feeders = [
             asyncio.create_task(self._feed(worker, started, queue, lost, successes, failures))
             for worker, started in zip(self.workers, up, strict=True)
