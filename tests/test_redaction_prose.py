@@ -153,3 +153,8 @@ def test_name_words_split_on_separators_and_camel_case(name: str, words: list[st
 @pytest.mark.parametrize("name", ["author", "monkey", "tokenizer_model", "max_tokens", "keyboard", "page"])
 def test_substrings_of_secret_words_are_no_secret_names(name: str) -> None:
     assert not is_secret_name(name)
+
+
+def test_urls_nested_in_queries_200_kb_deep_are_read_in_one_pass() -> None:
+    text = "https://h/p?next=" * 12_000 + "https://x/y?token=Zq9mX2vB7nL4kP0wR8tY"
+    assert redact(text) == text.replace("Zq9mX2vB7nL4kP0wR8tY", REDACTED)

@@ -146,22 +146,23 @@ def _scheme_credential(match: re.Match[str]) -> str:
 
 
 def _without_query_secrets(url: str) -> str:
-    """`url` with the values of its secret-named query parameters replaced (a URL in a value is read
-    alike); a `?` after a `#` is the fragment's."""
+    """`url` with the values of its secret-named query parameters replaced; a `?` after a `#` is the
+    fragment's. A URL in a parameter's value is read alike: every `?` or `&` after the first `?`
+    starts a parameter (one pass, however deep the nesting)."""
     start = url.find("?")
     if start < 0 or 0 <= url.find("#") < start:
         return url
     end = url.find("#", start)
     end = len(url) if end < 0 else end
-    parts = []
-    for part in url[start + 1 : end].split("&"):
-        name, equals, value = part.partition("=")
+    parts = _QUERY_SEPARATORS.split(url[start + 1 : end])
+    for index in range(0, len(parts), 2):
+        name, equals, value = parts[index].partition("=")
         if equals and value and _is_secret(name_words(unquote(name)), _QUERY_SECRET_WORDS):
-            part = f"{name}={REDACTED}"
-        elif equals and "://" in value:
-            part = f"{name}={_without_query_secrets(value)}"
-        parts.append(part)
-    return f"{url[: start + 1]}{'&'.join(parts)}{url[end:]}"
+            parts[index] = f"{name}={REDACTED}"
+    return f"{url[: start + 1]}{''.join(parts)}{url[end:]}"
+
+
+_QUERY_SEPARATORS = re.compile(r"([?&])")
 
 
 # Names that are a secret's whatever follows a colon: "password: ...", "secret: ...".
@@ -241,7 +242,7 @@ _SCREEN_WORDS = (
     "://", "bearer", "basic", "token", "digest", "sk-", "pk-", "rk-", "_live_", "_test_", "xox",
     "ghp_", "gho_", "ghu_",
     "ghs_", "ghr_", "akia", "aiza", "hf_", "gsk_", "xai-", "eyj", "key", "secret", "passw", "pwd",
-    "auth", "cookie", "session", "sig", "credential", "jwt",
+    "passphrase", "auth", "cookie", "session", "sig", "credential", "jwt",
 )  # fmt: skip
 
 
