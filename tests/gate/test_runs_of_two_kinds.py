@@ -97,3 +97,15 @@ def test_a_file_of_no_run_is_counted_with_the_runs_beside_it(tmp_path: Path) -> 
     stray = _write(tmp_path / "stray.jsonl", [_success(7)])
     coverage = read_coverage([*row_files(run), stray])
     assert (coverage.expected, coverage.unexpected, coverage.expected_source) == (2, 1, "materialized_inputs")
+
+
+def test_summarize_says_what_the_runs_owe_and_where_it_read_it(tmp_path: Path) -> None:
+    new = _run(tmp_path / "new", tasks=4, inventory=True)
+    old = _run(tmp_path / "old", tasks=3, inventory=False)
+    summary = summarize([old])
+    assert (summary.expected_rollouts, summary.missing_rollouts) == (3, None), "a count, no names"
+    code, stdout, _ = run_cli("summarize", new, old)
+    assert code == 0
+    assert "7 rollouts expected, 0 left no row at all" in " ".join(stdout.split())
+    code, stdout, _ = run_cli("summarize", old)
+    assert "3 rollouts expected (" in " ".join(stdout.split())
