@@ -129,3 +129,36 @@ def test_a_model_servers_failure_replies_are_in_its_callers_sdk_shapes() -> None
         openai = client.post("/v1/responses").json()
     assert (anthropic["type"], anthropic["error"]["type"]) == ("error", "api_error")
     assert openai["error"]["code"] == MODEL_SERVER_ERROR
+
+
+class _ModelConfig(BaseModel):
+    """Keys that hold a secret word only as a substring, or name a model, tokenizer or policy."""
+
+    tokenizer_model: str = "gpt-4o"
+    output_token_policy: str = "remaining_context"
+    author: str = "nvidia_team"
+    authors: list[str] = ["Ada Lovelace"]
+    judge_model_name: str = "gpt-4o-mini"
+    monkey_patch: str = "enabled-always"
+    apiKey: str = "camel-key-0123456789"  # noqa: N815 (a config key spelled as a user spells it)
+    policy_api_key: str = "policy-key-0123456789"
+
+
+class _ModelServer:
+    config = _ModelConfig()
+
+
+def test_only_whole_secret_words_of_a_key_make_it_secret() -> None:
+    assert set(server_secrets(_ModelServer())) == {"camel-key-0123456789", "policy-key-0123456789"}
+
+
+def test_a_model_name_in_the_config_survives_in_a_failure_text() -> None:
+    from gym_failures.redaction import redact, register_secret
+
+    try:
+        for secret in server_secrets(_ModelServer()):
+            register_secret(secret)
+        assert redact("judge gpt-4o-mini answered 503") == "judge gpt-4o-mini answered 503"
+        assert redact("key policy-key-0123456789 refused") == "key [REDACTED] refused"
+    finally:
+        forget_registered_secrets()

@@ -26,11 +26,11 @@ wraps the class's `setup_webserver` so that every app it builds, in every worker
   the upstream one as its cause. Existing `await raise_for_status(response)` call sites keep the
   chain without a change;
 - registers the server's secrets (`gym_failures.redaction.register_secret`): every string in its
-  config and in the global config it was given under a key NeMo Gym calls secret
-  (`nemo_gym.secret_utils.looks_like_secret_key`, nemo_gym/secret_utils.py:24: "token", "key",
-  "header") or that names one (secret, password, auth, credential, cookie, signature), whole
-  sub-trees included, a bearer value's token too, and every `SecretStr`. No failure text this
-  process sends or logs holds them.
+  config and in the global config it was given under a key one of whose words is NeMo Gym's word
+  for a secret (`nemo_gym.secret_utils.looks_like_secret_key`, nemo_gym/secret_utils.py:24: "token",
+  "key", "header") or redaction's (`gym_failures.redaction.SECRET_NAME_WORDS`: secret, password,
+  auth, credential, cookie, signature, ...), whole sub-trees included, a bearer value's token too,
+  and every `SecretStr`. No failure text this process sends or logs holds them.
 
 The boundary by base class, matched by name along the MRO as NeMo Gym matches its server types
 (nemo_gym/server_utils.py:1045): `SimpleResourcesServer` is `resources_server`,
@@ -44,8 +44,14 @@ Decisions:
   is instrumented already, with its parent's boundary (its app gets the middleware once).
 - A model server's failure replies are in the shape its callers' SDKs read: Anthropic's on
   `/v1/messages`, OpenAI's elsewhere; every other server's are gym-failures' own body.
-- A config value is registered when either NeMo Gym's rule or ours calls its key secret: the cost of
-  a wrongly registered value is a word redacted from a failure text, never from data. A value shorter
+- A config value is registered when its key names a secret by whole words (split on `_`, `-`, `.`
+  and camelCase: `gym_failures.redaction.name_words`), with NeMo Gym's words and ours, and its last
+  word names no model, tokenizer or policy. NeMo Gym's own rule matches substrings
+  (`"token" in key`), so it calls `tokenizer_model`, `output_token_policy` and `max_tokens` secret;
+  it only masks them when a config is printed, where that costs nothing. Registered here, such a
+  value (`gpt-4o`) would be cut out of every failure text ("judge [REDACTED]-mini answered 503"), so
+  those keys are not secret here; nor is `author`, which our `auth` matched as a substring. A value
+  registered under a real secret key costs at most a word of a failure text, never data. A value shorter
   than `gym_failures.redaction.MIN_KNOWN_SECRET` cannot be registered; its key is logged, never it.
 - This module imports neither NeMo Gym nor a web framework: it needs only what a server and its app
   are (`config`, `server_client.global_config_dict`, `add_middleware`, `state`), and OmegaConf,
@@ -63,7 +69,7 @@ from typing import Any, Protocol, TypeVar
 
 from gym_failures.asgi import ErrorShape, FailureReportMiddleware, Scope
 from gym_failures.failure_records import FailureBoundary
-from gym_failures.redaction import MIN_KNOWN_SECRET, register_secret
+from gym_failures.redaction import MIN_KNOWN_SECRET, is_secret_name, register_secret
 
 __all__ = ["BOUNDARY_BY_BASE", "boundary_of", "instrument", "instrument_app", "server_secrets"]
 
@@ -84,9 +90,9 @@ BOUNDARY_BY_BASE: Mapping[str, FailureBoundary] = {
 
 _INSTRUMENTED = "__gym_failures_instrumented__"
 _APP_MARK = "gym_failures_instrumented"
-# NeMo Gym's words for a secret key ("token", "key", "header": nemo_gym/secret_utils.py:24, which
-# matches them in lower case) and ours, in any case.
-_SECRET_WORDS = re.compile(r"(?i)token|key|header|secret|passw(?:or)?d|pwd|auth|credential|cookie|signature")
+# NeMo Gym's words for a secret key ("token", "key", "header": nemo_gym/secret_utils.py:24) beside
+# redaction's own (`SECRET_NAME_WORDS`), each a whole word of the key.
+_NEMO_GYM_WORDS = frozenset({"token", "key", "keys", "header", "headers"})
 _SCHEME = re.compile(r"(?i)^(?:bearer|basic|token|digest)\s+(\S+)$")
 _MAX_DEPTH = 32
 
@@ -203,7 +209,7 @@ def _revealed(value: Any, depth: int = 0) -> Any:
 
 
 def _is_secret_key(key: str) -> bool:
-    return _SECRET_WORDS.search(key) is not None
+    return is_secret_name(key, _NEMO_GYM_WORDS)
 
 
 def _secret_values(value: object, *, secret: bool, key: str, depth: int) -> Iterator[tuple[str, str]]:

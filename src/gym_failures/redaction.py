@@ -1,10 +1,15 @@
 """Remove credentials and URL secrets from text before it becomes a failure reason, body excerpt or log line.
 
 Two layers, because neither is enough alone:
-- patterns: URL user info and query strings, `Authorization`-style schemes (Bearer, Basic, Token),
-  well-known API-key shapes (`sk-...`, `xox?-...`, `ghp_...`, `AKIA...`), and `name=value` or
-  `"name": "value"` pairs whose name says secret (key, token, secret, password, auth, cookie, session,
-  signature, credential);
+- patterns: URL user info, well-known API-key shapes (`sk-...`, `xox?-...`, `ghp_...`, `AKIA...`,
+  JSON Web Tokens), the value of an `Authorization` header, and `name=value` or `"name": "value"`
+  pairs (a URL's query parameters among them) whose name says secret: one of its words
+  (`name_words`) is in `SECRET_NAME_WORDS` (key, token, secret, password, auth, cookie, session,
+  signature, credential, ...);
+- a credential named in prose only when it looks like one: the word after `Bearer`, `Basic`,
+  `Token` or `Digest`, after "API key:", or after an unquoted one-word name and a colon
+  ("token: ..."), is removed when it has a credential's shape (`looks_like_credential`), never when it
+  is an ordinary word ("send it as a Bearer token", "the token budget ran out");
 - known values: the caller passes the secrets it holds (the request's credential headers, cookies,
   Basic credentials and query values, see `request_secrets`), and a server registers the secrets it
   holds itself (its provider keys: `register_secret`) and shapes of its own (`register_secret_pattern`);
@@ -14,7 +19,10 @@ A text cut to its bound ends in "…"; a known secret that straddled the cut lea
 characters before the marker, and those are removed too.
 
 Redaction replaces a secret with `[REDACTED]`; it never shortens the rest of the text, so the bound is
-applied after it.
+applied after it. It never eats ordinary words: a message a person reads keeps every word that is not
+a secret, and a `key=value` pair whose name is no secret name (`max_tokens=4096`, `page=2`) is kept.
+A request's own query values are still removed wherever they appear: they are known secrets
+(`request_secrets`), whatever their names.
 """
 
 from __future__ import annotations
@@ -32,8 +40,12 @@ __all__ = [
     "CUT_MARK",
     "MIN_KNOWN_SECRET",
     "REDACTED",
+    "SECRET_NAME_WORDS",
     "forget_registered_secrets",
     "has_registered_secrets",
+    "is_secret_name",
+    "looks_like_credential",
+    "name_words",
     "redact",
     "redact_values",
     "register_secret",
@@ -48,18 +60,129 @@ REDACTED = "[REDACTED]"
 # Bounded repetitions and a token-start lookbehind keep every pattern linear in the text's length.
 _SECRET_NAME = (
     r"(?<![\w.-])[\w.-]{0,64}?"
-    r"(?:key|token|secret|passw(?:or)?d|pwd|auth|cookie|session|signature|credential)[\w.-]{0,64}"
+    r"(?:key|token|secret|passw(?:or)?d|pwd|passphrase|auth|cookie|session|sig|credential|jwt)[\w.-]{0,64}"
 )
 _SCHEME = r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,30}://"
 
 
-def _without_query(url: str) -> str:
-    """`url` with its query string (up to a fragment) replaced; a `?` after a `#` is the fragment's."""
+SECRET_NAME_WORDS: frozenset[str] = frozenset(
+    {
+        "key", "keys", "apikey", "accesskey", "secretkey", "privatekey",
+        "token", "accesstoken", "authtoken", "jwt",
+        "secret", "secrets", "password", "passwd", "pwd", "passphrase",
+        "auth", "oauth", "authorization", "credential", "credentials",
+        "cookie", "cookies", "session", "sessionid", "signature", "sig",
+    }
+)  # fmt: skip
+"""The words that make a name secret (`is_secret_name`): whole words of the name, never substrings
+(`author`, `monkey`, `tokenizer` and `max_tokens` are no secret names)."""
+
+# A URL's query also carries one-time credentials under names of their own (OAuth's `code`).
+_QUERY_SECRET_WORDS = SECRET_NAME_WORDS | {"code"}
+
+_NAME_PARTS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
+
+def name_words(name: str) -> list[str]:
+    """The words of a key, header or parameter name, in lower case: split on `_`, `-`, `.`, spaces and
+    camelCase (`X-Api-Key`, `apiKey` and `api_key` are all `["api", "key"]`, after an `x` for the
+    first)."""
+    return [word.lower() for word in _NAME_PARTS.findall(name[:200])]
+
+
+# A name whose last word is one of these names a thing, not a secret: `output_token_policy`,
+# `tokenizer_model`, `auth_model` (while `policy_api_key` is a key).
+_NOT_SECRET_HEADS = frozenset({"model", "models", "tokenizer", "policy"})
+
+
+def is_secret_name(name: str, more_words: Iterable[str] = ()) -> bool:
+    """Whether `name` names a secret: one of its words (`name_words`) is in `SECRET_NAME_WORDS` (or
+    `more_words`), and its last word names no model, tokenizer or policy."""
+    return _is_secret(name_words(name), SECRET_NAME_WORDS | frozenset(more_words))
+
+
+def _is_secret(words: list[str], secret_words: frozenset[str]) -> bool:
+    return bool(words) and words[-1] not in _NOT_SECRET_HEADS and any(word in secret_words for word in words)
+
+
+_CREDENTIAL_PREFIXES = (
+    "sk-", "pk-", "rk-", "sk_", "pk_", "rk_", "whsec_", "xoxa-", "xoxb-", "xoxp-", "xoxr-", "xoxs-",
+    "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "AKIA", "AIza", "hf_", "gsk_",
+    "xai-", "eyJ",
+)  # fmt: skip
+_CREDENTIAL_CHARS = re.compile(r"[A-Za-z0-9._~+/=-]+")
+
+
+def looks_like_credential(value: str) -> bool:
+    """Whether `value` (one word) has a credential's shape rather than a word's: a known key prefix
+    (`sk-`, `ghp_`, `AKIA`, a JSON Web Token's `eyJ`, ...), or at least 8 characters of a token's
+    alphabet (letters, digits, `._~+/=-`) mixing letters and digits, or at least 16 mixing upper and
+    lower case past the first letter. Ordinary words, numbers and `gpt`-style names below 8
+    characters are not."""
+    if value == REDACTED or value.startswith(_CREDENTIAL_PREFIXES):
+        return True
+    if len(value) < 8 or _CREDENTIAL_CHARS.fullmatch(value) is None:
+        return False
+    letters = any(char.isalpha() for char in value)
+    if letters and any(char.isdigit() for char in value):
+        return True
+    rest = value[1:]
+    return len(value) >= 16 and any(char.isupper() for char in rest) and any(char.islower() for char in rest)
+
+
+def _is_basic_credential(value: str) -> bool:
+    """Whether `value` is a Basic credential: base64 of `user:password`."""
+    try:
+        decoded = base64.b64decode(value, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return False
+    return ":" in decoded
+
+
+def _scheme_credential(match: re.Match[str]) -> str:
+    scheme, value = match.group(1), match.group(2)
+    secret = looks_like_credential(value) or (scheme.lower() == "basic" and _is_basic_credential(value))
+    return f"{scheme} {REDACTED}" if secret else match.group()
+
+
+def _without_query_secrets(url: str) -> str:
+    """`url` with the values of its secret-named query parameters replaced; a `?` after a `#` is the
+    fragment's. A URL in a parameter's value is read alike: every `?` or `&` after the first `?`
+    starts a parameter (one pass, however deep the nesting)."""
     start = url.find("?")
     if start < 0 or 0 <= url.find("#") < start:
         return url
     end = url.find("#", start)
-    return f"{url[:start]}?{REDACTED}{url[end:] if end >= 0 else ''}"
+    end = len(url) if end < 0 else end
+    parts = _QUERY_SEPARATORS.split(url[start + 1 : end])
+    for index in range(0, len(parts), 2):
+        name, equals, value = parts[index].partition("=")
+        if equals and value and _is_secret(name_words(unquote(name)), _QUERY_SECRET_WORDS):
+            parts[index] = f"{name}={REDACTED}"
+    return f"{url[: start + 1]}{''.join(parts)}{url[end:]}"
+
+
+_QUERY_SEPARATORS = re.compile(r"([?&])")
+
+
+# Names that are a secret's whatever follows a colon: "password: ...", "secret: ...".
+_ALWAYS_SECRET_WORDS = frozenset({"secret", "secrets", "password", "passwd", "pwd", "passphrase"})
+
+
+def _pair(match: re.Match[str]) -> str:
+    """A `name=value`, `name: value` or `"name": "value"` pair with its value replaced when the name
+    is a secret name: always for `=` or a quoted name (data: a config line, JSON, a header line's
+    compound name); for an unquoted one-word name and a colon ("token: ..." in prose) only when the
+    value looks like a credential, or the name is always a secret's ("password: ...")."""
+    name, value = match.group("name"), match.group("value")
+    words = name_words(name)
+    if not _is_secret(words, SECRET_NAME_WORDS):
+        return match.group()
+    quoted = bool(match.group("open") or match.group("close"))
+    prose = match.group("sep") == ":" and not quoted and len(words) == 1
+    if prose and words[0] not in _ALWAYS_SECRET_WORDS and not looks_like_credential(value.strip("\"'")):
+        return match.group()
+    return f"{match.group('lead')}{REDACTED}"
 
 
 # A URL is matched as one whole token and its query cut in Python: a pattern that looked for the `?`
@@ -69,9 +192,18 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
     # scheme://user:password@host -> scheme://[REDACTED]@host
     # (to the authority's last "@": a password may hold a raw "@" of its own)
     (re.compile(rf"(?i)({_SCHEME})[^/?#\s]*@"), rf"\1{REDACTED}@"),
-    # Any URL's query string: its values are the request's, not ours to repeat.
-    (re.compile(rf"(?i){_SCHEME}[^\s\"']*"), lambda match: _without_query(match.group())),
-    (re.compile(r"(?i)\b(bearer|basic|token|digest)\s+[A-Za-z0-9._~+/=-]{4,}"), rf"\1 {REDACTED}"),
+    # A URL's query parameters whose names say secret.
+    (re.compile(rf"(?i){_SCHEME}[^\s\"']*"), lambda match: _without_query_secrets(match.group())),
+    # An Authorization header's value, scheme word and credential, whatever the credential looks like.
+    (
+        re.compile(
+            r"(?i)(\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)"
+            r"(?:bearer|basic|token|digest)\s+[^\s,;\"'}\]]+"
+        ),
+        rf"\1{REDACTED} {REDACTED}",
+    ),
+    # A scheme word and the credential after it, when it looks like one ("a Bearer token" is prose).
+    (re.compile(r"(?i)\b(bearer|basic|token|digest)\s+([A-Za-z0-9._~+/=-]{4,})"), _scheme_credential),
     (re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{6,}"), REDACTED),
     (re.compile(r"\b(?:sk|pk|rk|whsec)_(?:live|test)_[A-Za-z0-9]{10,}"), REDACTED),  # Stripe-style keys
     (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{6,}"), REDACTED),
@@ -82,22 +214,24 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
     (re.compile(r"\bgsk_[A-Za-z0-9]{20,}"), REDACTED),  # Groq keys
     (re.compile(r"\bxai-[A-Za-z0-9]{20,}"), REDACTED),  # xAI keys
     # A provider quoting the key it refused: "Incorrect API key provided: <key>", "invalid api key <key>"
-    # (a bare hex key has no shape of its own; the phrase before it is the evidence).
+    # (a bare hex key has no shape of its own; the phrase before it is the evidence, and the value's
+    # shape: "API key: send it as ..." goes on in prose).
     (
         re.compile(r"(?i)(\bapi[ _-]?key\b(?:\s+provided)?\s*[:=]?\s*)([A-Za-z0-9._~+/-]{12,})"),
-        rf"\1{REDACTED}",
+        lambda match: match.group(1) + REDACTED if looks_like_credential(match.group(2)) else match.group(),
     ),
     # JSON Web Tokens: three base64url parts, the first a JSON object ("eyJ" is '{"').
     # (from a token's start only: from every "eyJ" inside one, the scan was quadratic)
     (re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), REDACTED),
-    # name=value, name: value, "name": "value" where the name says secret. A value that is already the
-    # marker is matched whole, so redacting twice (each hop does) does not grow it to "[REDACTED]]".
+    # name=value, name: value, "name": "value" where the name says secret (`_pair`). A value that is
+    # already the marker is matched whole, so redacting twice (each hop does) does not grow it to
+    # "[REDACTED]]".
     (
         re.compile(
-            rf"(?i)([\"']?{_SECRET_NAME}[\"']?\s*[:=]\s*)"
-            rf"({re.escape(REDACTED)}|\"[^\"]*\"|'[^']*'|[^\s,;&\"'}}\]]+)"
+            rf"(?i)(?P<lead>(?P<open>[\"']?)(?P<name>{_SECRET_NAME})(?P<close>[\"']?)\s*(?P<sep>[:=])\s*)"
+            rf"(?P<value>{re.escape(REDACTED)}|\"[^\"]*\"|'[^']*'|[^\s,;&\"'}}\]]+)"
         ),
-        rf"\1{REDACTED}",
+        _pair,
     ),
 )
 
@@ -108,7 +242,7 @@ _SCREEN_WORDS = (
     "://", "bearer", "basic", "token", "digest", "sk-", "pk-", "rk-", "_live_", "_test_", "xox",
     "ghp_", "gho_", "ghu_",
     "ghs_", "ghr_", "akia", "aiza", "hf_", "gsk_", "xai-", "eyj", "key", "secret", "passw", "pwd",
-    "auth", "cookie", "session", "signature", "credential",
+    "passphrase", "auth", "cookie", "session", "sig", "credential", "jwt",
 )  # fmt: skip
 
 
@@ -120,8 +254,11 @@ def _may_hold_a_secret(text: str) -> bool:
 # Values shorter than this are not removed as known secrets: "1" or "true" would shred the text.
 MIN_KNOWN_SECRET = 6
 
+# A request's header whose name holds a secret word anywhere (`x-authtoken`, `x-goog-api-key`): its
+# value is the request's, removed as a known secret wherever it appears.
 _CREDENTIAL_HEADER = re.compile(
-    rf"(?i)^(?:authorization|proxy-authorization|cookie|set-cookie|{_SECRET_NAME})$"
+    r"(?i)^(?:authorization|proxy-authorization|cookie|set-cookie|"
+    r"[\w.-]{0,64}?(?:key|token|secret|passw(?:or)?d|pwd|auth|cookie|session|signature|credential)[\w.-]{0,64})$"
 )
 
 

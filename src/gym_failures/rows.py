@@ -77,6 +77,7 @@ __all__ = [
     "NONFINITE",
     "JsonlScan",
     "RowWriter",
+    "RunExpectations",
     "TaskScan",
     "failures_path",
     "is_not_persisted",
@@ -90,7 +91,9 @@ __all__ = [
     "repair_torn_tail",
     "rollout_id",
     "row_files",
+    "run_expectations",
     "run_failures_file",
+    "run_row_files",
     "run_rows_file",
     "torn_tail",
 ]
@@ -228,6 +231,63 @@ def run_failures_file(rows_path: Path) -> Path | None:
         return None
     failures = failures_path(rows_path)
     return failures if failures.is_file() else None
+
+
+def run_row_files(rows_path: Path) -> list[Path]:
+    """Both row files of the run `rows_path` is one of (`<output>.jsonl`, `<output>_failures.jsonl`),
+    those that exist, `rows_path` first."""
+    stem = rows_path.stem
+    if stem.endswith(FAILURES_SUFFIX) and len(stem) > len(FAILURES_SUFFIX):
+        stem = stem[: -len(FAILURES_SUFFIX)]
+    rows = rows_path.with_name(f"{stem}.jsonl")
+    others = [path for path in (rows, failures_path(rows)) if path != rows_path and path.is_file()]
+    return [rows_path, *others]
+
+
+@dataclass
+class RunExpectations:
+    """Where each run's expected rollouts come from (`run_expectations`)."""
+
+    inventoried: list[Path] = field(default_factory=list)
+    """Row files of the runs with materialized inputs beside them, each such run's files all."""
+    inventories: list[Path] = field(default_factory=list)
+    """Their materialized inputs."""
+    counted: list[Path] = field(default_factory=list)
+    """Row files of the runs with only a manifest that says `expected_rollouts`."""
+    manifests: list[Path] = field(default_factory=list)
+    expected: int | None = None
+    """The manifests' `expected_rollouts`, summed (None without any)."""
+    others: list[Path] = field(default_factory=list)
+    """Row files of no run with either beside them."""
+
+
+def run_expectations(rows_paths: Iterable[Path]) -> RunExpectations:
+    """The row files of `rows_paths`, sorted by what says how many rollouts their runs owe: per run,
+    its materialized inputs when present (`<output>_materialized_inputs.jsonl`, which name the
+    rollouts owed), else its manifest (`expected_rollouts`, a count). A run counted against its
+    materialized inputs is read whole: its other row file is added when it exists and was not named
+    (naming `<output>_failures.jsonl` alone would otherwise make every success of the run a rollout
+    that "left no row at all"). Each file once, in the order named."""
+    found = RunExpectations()
+    named: set[Path] = set()
+    for path in rows_paths:
+        inventory = materialized_inputs_path(path)
+        run = run_row_files(path) if inventory.is_file() else [path]
+        for member in run:
+            if member.resolve() in named:
+                continue
+            named.add(member.resolve())
+            if inventory.is_file():
+                found.inventoried.append(member)
+                if inventory not in found.inventories:
+                    found.inventories.append(inventory)
+            elif manifest_expected_rollouts([member])[0] is not None:
+                found.counted.append(member)
+            else:
+                found.others.append(member)
+    found.inventories.sort()
+    found.expected, found.manifests = manifest_expected_rollouts(found.counted)
+    return found
 
 
 @dataclass

@@ -212,13 +212,16 @@ def row_inputs(paths: Iterable[Path], *, run_failures: bool = True) -> list[Path
     A run's success rows named alone (`out.jsonl`, its collection manifest `out.manifest.json`
     beside it) bring the run's failures (`out_failures.jsonl`) with them unless `run_failures` is
     false (`explain --line` reads the one file named): without them the run's final failures would
-    count as missing. One line on stderr says so. A file named twice, or also through its directory,
+    count as missing. Likewise a run's failures named alone bring its successes when its materialized
+    inputs sit beside them (which the gate counts rollouts that left no row against). One line on
+    stderr says so. A file named twice, or also through its directory,
     is read once.
 
     Raises `CommandError` for a path that does not exist, is not a file or a directory, or is a
     directory without row files.
     """
-    from gym_failures.rows import row_files, run_failures_file
+    from gym_failures.nemo_gym import materialized_inputs_path
+    from gym_failures.rows import row_files, run_failures_file, run_row_files
 
     named: list[Path] = []
     for path in paths:
@@ -248,6 +251,14 @@ def row_inputs(paths: Iterable[Path], *, run_failures: bool = True) -> list[Path
             files[failures.resolve()] = failures
             result.append(failures)
             stderr_line(f"reading {failures} too: the failures of {path}'s run")
+        if failures is None and materialized_inputs_path(path).is_file():
+            # A run's failures named alone, its materialized inputs beside them: its successes too,
+            # else each would count as a rollout that left no row at all.
+            for rows in run_row_files(path)[1:]:
+                if rows.resolve() not in files:
+                    files[rows.resolve()] = rows
+                    result.append(rows)
+                    stderr_line(f"reading {rows} too: the successes of {path}'s run")
     return result
 
 

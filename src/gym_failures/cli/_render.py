@@ -125,10 +125,14 @@ def _print_totals(console: Console, summary: Summary) -> None:
         )
     )
     if summary.expected_rollouts is not None:
+        sources = ", ".join([*summary.materialized_inputs, *summary.manifests])
+        owed = "in the materialized inputs" if not summary.manifests else "expected"
+        no_row = (
+            f", {summary.missing_rollouts} left no row at all" if summary.missing_rollouts is not None else ""
+        )
         console.print(
             cell(
-                f"{plural(summary.expected_rollouts, 'rollout')} in the materialized inputs, "
-                f"{summary.missing_rollouts} left no row at all ({', '.join(summary.materialized_inputs)})",
+                f"{plural(summary.expected_rollouts, 'rollout')} {owed}{no_row} ({sources})",
                 style="yellow" if summary.missing_rollouts else "",
             )
         )

@@ -24,8 +24,11 @@ attempt index) ends in its last one, as NeMo Gym's resume counts it.
 coverage against: `nemo_gym/rollout_collection.py` `_coverage_report`; `"materialized_inputs"`); else
 from the collection manifests (`<output>.manifest.json`, `expected_rollouts`: tasks times
 `num_repeats`; several runs' files sum their runs', `"manifest"`); else it is the number of distinct
-rollouts seen (`"rows_seen"`). The last cannot count a rollout that left no row at all as missing, so
-the verdict then carries a warning (`GateVerdict.warnings`); it does not fail the run by itself.
+rollouts seen (`"rows_seen"`). The last cannot count a rollout that left no row at all as missing,
+so the verdict then carries a warning (`GateVerdict.warnings`); it does not fail the run by itself.
+Each run is counted by its own: its materialized inputs if it has them, else its manifest; runs of the
+two kinds are counted apart and added up, as `"manifest"` (a count: only the runs with materialized
+inputs name their missing rollouts).
 
 With the materialized inputs, the gate knows which rollouts are owed, not only how many: a rollout in
 them that left no row at all (killed mid-flight: NeMo Gym's kill-shaped rows are never saved; or
@@ -63,7 +66,6 @@ from gym_failures.nemo_gym import (
     FAILURE_HTTP_STATUS,
     Inventory,
     degraded_kind,
-    inventory_paths,
     max_rollout_attempts,
     read_inventory,
 )
@@ -71,10 +73,10 @@ from gym_failures.rows import (
     JsonlScan,
     is_not_persisted,
     is_rollout_row,
-    manifest_expected_rollouts,
     normalized,
     read_rows,
     rollout_id,
+    run_expectations,
 )
 
 _STAGES: frozenset[str] = frozenset(get_args(FailureStage))
@@ -149,7 +151,8 @@ class Coverage:
     """Lines of the materialized inputs that name no rollout (not an object with both indices)."""
     torn_tails: int = 0
     expected_source: ExpectedSource = "given"
-    """Where `expected` came from: the caller, the collection manifests, or the rollouts seen."""
+    """Where `expected` came from: the caller, the materialized inputs, the collection manifests (also
+    when some runs had materialized inputs and others only a manifest), or the rollouts seen."""
     manifests: list[str] = field(default_factory=list)
     """The manifests, or the materialized inputs, `expected` was read from."""
 
@@ -396,19 +399,44 @@ def read_coverage(
 ) -> Coverage:
     """The coverage of the rows in `paths` (success and failure files, in any order).
 
-    Without `expected`, the materialized inputs beside the files give it, else the collection
-    manifests (see the module docstring). Invalid lines and a torn last line are skipped and counted,
-    as `read_rows` reads them.
+    Without `expected`, each run's materialized inputs give its expected rollouts, else its
+    collection manifest (see the module docstring); a run counted against its materialized inputs
+    is read whole (`gym_failures.rows.run_expectations`). Runs of the two kinds are counted apart and
+    added up; `expected_source` is then `"manifest"`: a count, whose missing rollouts are named only
+    for the runs with materialized inputs. A file of no run with either beside it is counted with the
+    runs that have them (its outcomes are unexpected, as any outcome beyond what they owe). Invalid
+    lines and a torn last line are skipped and counted, as `read_rows` reads them.
     """
     paths = list(paths)
-    manifests: list[Path] = []
-    inventory: Inventory | None = None
-    if expected is None:
-        found = inventory_paths(paths)
-        if found:
-            inventory = read_inventory(found)
-        else:
-            expected, manifests = manifest_expected_rollouts(paths)
+    if expected is not None:
+        return _read_coverage(paths, expected, rules, config, max_attempts)
+    runs = run_expectations(paths)
+    parts: list[Coverage] = []
+    inventoried, counted = runs.inventoried, runs.counted
+    if inventoried:
+        inventoried = [*inventoried, *runs.others]
+    elif counted:
+        counted = [*counted, *runs.others]
+    if inventoried:
+        inventory = read_inventory(runs.inventories)
+        parts.append(_read_coverage(inventoried, None, rules, config, max_attempts, inventory))
+    if counted:
+        coverage = _read_coverage(counted, runs.expected, rules, config, max_attempts)
+        manifests = [str(path) for path in runs.manifests]
+        parts.append(replace(coverage, expected_source="manifest", manifests=manifests))
+    if not parts:
+        return _read_coverage(runs.others, None, rules, config, max_attempts)
+    return parts[0] if len(parts) == 1 else _added(*parts)
+
+
+def _read_coverage(
+    paths: Sequence[Path],
+    expected: int | None,
+    rules: Sequence[GateRule],
+    config: failure_kinds.FailureClassificationConfig | None,
+    max_attempts: int | None,
+    inventory: Inventory | None = None,
+) -> Coverage:
     scans: list[JsonlScan] = []
 
     def rows() -> Iterable[dict[str, Any]]:
@@ -418,10 +446,31 @@ def read_coverage(
             yield from read_rows(path, scan, max_attempts)
 
     coverage = rollout_coverage(rows(), expected, rules, config, max_attempts, inventory)
-    update: dict[str, Any] = {
-        "invalid_lines": sum(len(scan.invalid_lines) for scan in scans),
-        "torn_tails": sum(scan.torn_tail is not None for scan in scans),
-    }
-    if manifests:
-        update.update(expected_source="manifest", manifests=[str(path) for path in manifests])
-    return replace(coverage, **update)
+    return replace(
+        coverage,
+        invalid_lines=sum(len(scan.invalid_lines) for scan in scans),
+        torn_tails=sum(scan.torn_tail is not None for scan in scans),
+    )
+
+
+def _added(inventoried: Coverage, counted: Coverage) -> Coverage:
+    """The coverage of runs counted against their materialized inputs and of runs counted against
+    their manifests, added up: every count summed, the missing rollouts named as the first names them
+    (the second names none), the source `"manifest"` (a count, not every missing rollout named)."""
+    update: dict[str, Any] = {}
+    for item in fields(Coverage):
+        first, second = getattr(inventoried, item.name), getattr(counted, item.name)
+        if item.type == "int":
+            update[item.name] = first + second
+        elif item.type == "dict[str, int]":
+            total = Counter(first)
+            total.update(second)
+            # The class counts keep their classes' order, with zeros; the counts by kind, most first.
+            by_class = item.name in ("failed", "gate_derived")
+            update[item.name] = {key: total[key] for key in first} if by_class else dict(total.most_common())
+    return replace(
+        inventoried,
+        **update,
+        expected_source="manifest",
+        manifests=sorted([*inventoried.manifests, *counted.manifests]),
+    )

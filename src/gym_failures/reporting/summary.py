@@ -37,8 +37,10 @@ Python equal over generated files):
   far as it goes).
 - With NeMo Gym's materialized inputs beside the rows (`<output>_materialized_inputs.jsonl`, one line
   per rollout the run owes), `expected_rollouts` is their count and `missing_rollouts` the rollouts in
-  them that left no row at all (killed or drained), as `gym-failures gate` counts them; both are None
-  without them.
+  them that left no row at all (killed or drained), as `gym-failures gate` counts them; a run with
+  only a collection manifest adds its `expected_rollouts` (and names no missing rollout); both are
+  None without either. A run counted against its materialized inputs is read whole for
+  `missing_rollouts` (its other row file too: `gym_failures.rows.run_expectations`).
 - Anything else (a line that is not JSON, not an object, or an object that is neither kind) is counted
   as `other_rows` and never raises. JSON `null` counts as absent, as DuckDB reads it.
 - A file whose last line has no newline ends in a torn append (a collector killed mid-write); as in
@@ -80,11 +82,10 @@ from gym_failures.nemo_gym import (
     BODY_START_REGEX,
     LABEL_ALIASES,
     MAX_BODY_CHARS,
-    inventory_paths,
     max_rollout_attempts,
     read_inventory,
 )
-from gym_failures.rows import row_files, torn_tail
+from gym_failures.rows import RunExpectations, row_files, run_expectations, torn_tail
 
 __all__ = [
     "COLUMNS",
@@ -314,10 +315,14 @@ class Summary(BaseModel):
     """Success rows that name a `failure_kind` without `mask_sample`: valid measurements, counted as
     successes (NeMo Gym's `BaseVerifyResponse`: the kind is orthogonal to the mask)."""
     expected_rollouts: int | None = None
-    """The rollouts the materialized inputs beside the rows owe (None without them)."""
+    """The rollouts the runs owe: per run, its materialized inputs' count, else its manifest's
+    `expected_rollouts`, added up (None without either)."""
     missing_rollouts: int | None = None
-    """Rollouts in the materialized inputs that left no row at all (None without them)."""
+    """Rollouts in the materialized inputs that left no row at all (None without them; a run with
+    only a manifest names none)."""
     materialized_inputs: list[str] = []
+    manifests: list[str] = []
+    """The manifests read for the runs without materialized inputs."""
     not_persisted_rows: int = 0
     """Rows NeMo Gym marked never to be saved (`_ng_no_persist`, `_ng_dispatch_drained`): no outcome."""
     torn_tails: list[TornTail]
@@ -389,21 +394,41 @@ def summarize(
     files = input_files(paths)
     torn: list[TornTail] = []
     with tempfile.TemporaryDirectory(prefix="gym-failures-") as scratch:
-        torn_copies: list[Path] = []
-        for path in files:
+        torn_copies: dict[Path, Path] = {}
+
+        def torn_copy(path: Path) -> Path | None:
             tail = torn_tail(path)
+            if tail is None:
+                return None
+            copy = Path(scratch) / f"torn-{len(torn_copies)}.jsonl"
+            copy.write_bytes(tail + b"\n")
+            torn_copies[path] = copy
+            return copy
+
+        for path in files:
+            tail = torn_copy(path)
             if tail is not None:
-                torn.append(TornTail(path=str(path), bytes=len(tail)))
-                copy = Path(scratch) / f"torn-{len(torn_copies)}.jsonl"
-                copy.write_bytes(tail + b"\n")
-                torn_copies.append(copy)
+                torn.append(TornTail(path=str(path), bytes=tail.stat().st_size - 1))
         connection = duckdb.connect(":memory:")
         try:
-            _scan(connection, files, torn_copies, on_progress, max_attempts)
+            named_copies = list(torn_copies.values())
+            _scan(connection, files, named_copies, on_progress, max_attempts)
             summary = _aggregate(connection, files, torn, config)
-            inventories = inventory_paths(files)
-            if inventories:
-                summary = _against_inventory(connection, summary, files, torn_copies, inventories)
+            runs = run_expectations(files)
+            if runs.inventories:
+                # A run read whole: its other row file too, when not named (`run_expectations`).
+                for path in runs.inventoried:
+                    if path not in files:
+                        torn_copy(path)
+                copies = [torn_copies[path] for path in runs.inventoried if path in torn_copies]
+                summary = _against_inventory(connection, summary, runs, copies)
+            elif runs.expected is not None:
+                summary = summary.model_copy(
+                    update={
+                        "expected_rollouts": runs.expected,
+                        "manifests": [str(path) for path in runs.manifests],
+                    }
+                )
             return summary
         finally:
             connection.close()
@@ -412,13 +437,13 @@ def summarize(
 def _against_inventory(
     connection: duckdb.DuckDBPyConnection,
     summary: Summary,
-    files: Sequence[Path],
+    runs: RunExpectations,
     torn_copies: Sequence[Path],
-    inventories: list[Path],
 ) -> Summary:
-    """`summary` with the rollouts the materialized inputs owe, and those that left no row at all."""
-    inventory = read_inventory(inventories)
-    source = _source(files, torn_copies, columns=_KEY_COLUMNS)
+    """`summary` with the rollouts the runs owe (the materialized inputs', plus the manifests' of the
+    runs without them), and those in the materialized inputs that left no row at all."""
+    inventory = read_inventory(runs.inventories)
+    source = _source(runs.inventoried, torn_copies, columns=_KEY_COLUMNS)
     seen = {
         (int(task), int(rollout))
         for task, rollout in connection.execute(
@@ -435,9 +460,10 @@ def _against_inventory(
     }
     return summary.model_copy(
         update={
-            "expected_rollouts": len(inventory.keys),
+            "expected_rollouts": len(inventory.keys) + (runs.expected or 0),
             "missing_rollouts": len(inventory.keys - seen),
-            "materialized_inputs": [str(path) for path in inventories],
+            "materialized_inputs": [str(path) for path in runs.inventories],
+            "manifests": [str(path) for path in runs.manifests],
         }
     )
 
