@@ -251,6 +251,18 @@ def _run_serve(arguments: argparse.Namespace) -> int:
             await super().shutdown(sockets=sockets)
             write_verdict()
 
+    import signal
+
+    def terminated(signum: int, frame: Any) -> None:
+        # A SIGTERM before uvicorn takes the signal over (the socket above already accepts
+        # connections), or the one uvicorn raises again after its shutdown: the verdict is written,
+        # then the signal ends the process as it would have.
+        write_verdict()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+
+    if arguments.verdict_file is not None:
+        signal.signal(signal.SIGTERM, terminated)
     with contextlib.ExitStack() as running:
         running.callback(listening.close)
         running.callback(write_verdict)
