@@ -45,7 +45,7 @@ row's fields to the top level of every result and sidecar row, so a dataset colu
 `failure` or `result` (`OWN_KEYS`) is no key of ours on a row NeMo Gym wrote. Those keys are read as
 the contract's only on a row gym-failures wrote, which is a row that
 - has no `_ng_task_index` (NeMo Gym stamps it on every row it writes,
-  `nemo_gym/rollout_collection.py:2596`; a row without it is in gym-failures' oldest form, or the
+  `nemo_gym/rollout_collection.py:2597`; a row without it is in gym-failures' oldest form, or the
   contract written by hand), or
 - has one of gym-failures' saved keys (`_gf_final`, `_gf_final_reason`, `_gf_closed_on_resume`,
   `_gf_task_id`: `gym_failures.row_keys`), or

@@ -289,7 +289,7 @@ def _readings(run: Path) -> dict[str, Any]:
     sidecar = [orjson.loads(line) for line in failures.open("rb")] if failures.exists() else []
     classes = Counter(row.get("_ng_failure_class") for row in sidecar)
     # As its aggregation partitions the results (`select_measured`), and its collector counts them
-    # (`nemo_gym/rollout_collection.py:2759`).
+    # (`nemo_gym/rollout_collection.py:2760`).
     measured, masked = _partition_on_mask(results)
     scored: Counter[str] = Counter({"masked": len(masked)})
     for result in measured:
