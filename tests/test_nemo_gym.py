@@ -394,6 +394,17 @@ def test_the_gate_does_not_count_a_datasets_masked_column_as_masked(tmp_path: Pa
     assert (summary.success_rows, summary.masked_success_rows, summary.failure_rows) == (2, 0, 0)
 
 
+def test_explain_finds_nemo_gyms_row_by_its_indices_whatever_rollout_id_its_dataset_names(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "rollouts.jsonl"
+    rows = [{**_NG_RESULT, "_ng_task_index": index, "rollout_id": "abc"} for index in (4, 40)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert [item.line for item in rollout_rows([path], "4:0")] == [1]
+    assert [item.line for item in rollout_rows([path], "40:0")] == [2]
+    assert rollout_rows([path], "abc") == []
+
+
 # --- Flags read by truthiness, as NeMo Gym reads them -------------------------------------------
 
 _TRUE = [True, 1, 1.0, -1, 2.5, "true", "false", "0", " ", [0], {"a": 0}]
@@ -691,6 +702,8 @@ _KEYS = st.sampled_from(
 
 
 @given(st.dictionaries(_KEYS, _SCALAR | st.dictionaries(_TEXT, _SCALAR, max_size=2), max_size=8))
+@example({"_ng_task_index": False, "attempt": None, "degraded": None, "reward": False})  # no index
+@example({"_ng_task_index": 0, "attempt": 2, "reward": 1.0})  # no rollout index
 def test_reading_any_row_keeps_every_key_and_never_raises(row: dict[str, Any]) -> None:
     """Every key that is not the contract's keeps its value. On a row gym-failures wrote a contract key
     is only ever filled in (a value of the wrong type replaced), never removed, but for a null

@@ -44,14 +44,15 @@ row's fields to the top level of every result and sidecar row, so a dataset colu
 `rollout_index`, `rollout_id`, `attempt`, `final`, `final_reason`, `closed_on_resume`, `task_id`,
 `failure` or `result` (`OWN_KEYS`) is no key of ours on a row NeMo Gym wrote. Those keys are read as
 the contract's only on a row gym-failures wrote, which is a row that
-- has no `_ng_task_index` (NeMo Gym stamps it on every row it writes,
+- has no integer `_ng_task_index` (NeMo Gym stamps one on every row it writes,
   `nemo_gym/rollout_collection.py:2597`; a row without it is in gym-failures' oldest form, or the
-  contract written by hand), or
+  contract written by hand; an integer is one DuckDB reads as one, at most 64 bits), or
 - has one of gym-failures' saved keys (`_gf_final`, `_gf_final_reason`, `_gf_closed_on_resume`,
   `_gf_task_id`: `gym_failures.row_keys`), or
-- has a `rollout_id` that is `"<_ng_task_index>:<_ng_rollout_index>"` (every row gym-failures has
-  written, in both forms, before issue 19 and since; gym-failures' readers before issue 19 told NeMo
-  Gym's rows apart by the `rollout_id` alone).
+- has a `rollout_id` that is `"<_ng_task_index>:<_ng_rollout_index>"` (the rollout index 0 when it
+  is no integer, as `gym_failures.rows.normalized` makes the id): every row gym-failures has written,
+  in both forms, before issue 19 and since; gym-failures' readers before issue 19 told NeMo Gym's rows
+  apart by the `rollout_id` alone. A row read once is one of these, so reading it again reads the same.
 On any other row the contract keys are read from the `_ng_*` keys alone, and the dataset's keys of
 those names are the row's data: on a completed row they are part of its `result`; on a failure row
 (which has no result) they are shadowed in memory by the reading (the file is never changed).
@@ -275,13 +276,18 @@ def written_by_gym_failures(row: Mapping[str, Any]) -> bool:
     """Whether `row` (as saved) is one gym-failures wrote, whose `OWN_KEYS` are the contract's: it has
     no `_ng_task_index`, or one of gym-failures' `_gf_*` keys, or a `rollout_id` of
     `"<_ng_task_index>:<_ng_rollout_index>"` (see the module docstring). JSON `null` counts as absent."""
-    task = row.get(TASK_INDEX)
+    task = _int64(row.get(TASK_INDEX))
     if task is None:
         return True
     if any(row.get(name) is not None for name in _SAVED_NAMES):
         return True
-    rollout = row.get(ROLLOUT_INDEX)
-    return type(task) is int and type(rollout) is int and row.get("rollout_id") == f"{task}:{rollout}"
+    rollout = _int64(row.get(ROLLOUT_INDEX))
+    return row.get("rollout_id") == f"{task}:{0 if rollout is None else rollout}"
+
+
+def _int64(value: object) -> int | None:
+    """`value` when it is an integer DuckDB reads as one (`gym_failures.reporting.summary`'s `_int`)."""
+    return value if type(value) is int and -(2**63) <= value < 2**63 else None
 
 
 def max_rollout_attempts() -> int:

@@ -36,7 +36,8 @@ silently turned into a number. (The collector itself refuses a reply whose rewar
 `gym_failures.collection`.)
 
 Every row also carries NeMo Gym's keys (`gym_failures.nemo_gym`), and every form NeMo Gym writes is
-read (a row's contract keys count only on a row gym-failures wrote: `written_by_gym_failures`): `normalized` turns a NeMo Gym row into this contract (its flat completed rows, masked results,
+read (a row's contract keys count only on a row gym-failures wrote: `written_by_gym_failures`):
+`normalized` turns a NeMo Gym row into this contract (its flat completed rows, masked results,
 failure sidecar rows old and new), and `is_rollout_row` is false for a row NeMo Gym marked never to be
 saved. docs/rows.md lists every key, who writes it and who reads it.
 

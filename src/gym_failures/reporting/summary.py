@@ -14,7 +14,7 @@ What is counted, by the rules of `gym_failures.rows.normalized` (NeMo Gym's row 
 Python equal over generated files):
 
 - A row's `failure`, `result`, `attempt` and `final` are ours only on a row gym-failures wrote (no
-  `_ng_task_index`, a `_gf_*` key, or a `rollout_id` of `"<_ng_task_index>:<_ng_rollout_index>"`:
+  integer `_ng_task_index`, a `_gf_*` key, or a `rollout_id` of `"<_ng_task_index>:<_ng_rollout_index>"`:
   `gym_failures.nemo_gym.written_by_gym_failures`); on any other row they are its dataset's, and only
   its `_ng_*` keys are read.
 - A row NeMo Gym marked never to be saved (`_ng_no_persist`, `_ng_dispatch_drained`) is no outcome:
@@ -190,10 +190,10 @@ _PROJECTION = """
 SELECT
     w,
     -- `written_by_gym_failures`: only such a row's `failure`, `result`, `attempt` and `final` are ours.
-    _ng_task_index IS NULL OR _gf_final IS NOT NULL OR _gf_final_reason IS NOT NULL
+    _int(_ng_task_index) IS NULL OR _gf_final IS NOT NULL OR _gf_final_reason IS NOT NULL
         OR _gf_closed_on_resume IS NOT NULL OR _gf_task_id IS NOT NULL
         OR coalesce(_str(rollout_id) = CAST(_int(_ng_task_index) AS VARCHAR) || ':'
-            || CAST(_int(_ng_rollout_index) AS VARCHAR), false) AS ours,
+            || CAST(coalesce(_int(_ng_rollout_index), 0) AS VARCHAR), false) AS ours,
     _truthy(_ng_no_persist) OR _truthy(_ng_dispatch_drained) AS not_persisted,
     ours AND failure IS NOT NULL AS own_failure,
     NOT own_failure AND _ng_failure_class IS NOT NULL AS nemo_failure,
