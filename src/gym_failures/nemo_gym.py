@@ -13,9 +13,9 @@ which `gym_failures.rows.normalized` applies to every row):
 - A completed row is flat: `reward` and `response` (and the verifier's other fields) at the top level.
   It becomes a success row whose `result` holds every key of the row that is neither a row-contract key
   nor an `_ng_*` key; without a `verification` its `reward` is the verdict (`reward_is_verdict`, which
-  the gate reads). `mask_sample` true, and only that, marks it `masked`: a complete result that must
-  not be trained on, as NeMo Gym masks (`BaseVerifyResponse.mask_sample`). A result that names a
-  `failure_kind` with `mask_sample` false is a valid measurement that degraded on the way: it is
+  the gate reads). `mask_sample` true (by truthiness, `truthy`), and only that, marks it `masked`: a
+  complete result that must not be trained on, as NeMo Gym masks (`BaseVerifyResponse.mask_sample`).
+  A result that names a `failure_kind` with `mask_sample` false is a valid measurement that degraded on the way: it is
   marked `degraded` (`degraded_kind`), never masked, and scored like any other. Either way it stays a
   result (a success), never a failure.
 - A failure row has `_ng_failure_class` (the label) and `_ng_failure_terminal`. It becomes a failure row:
@@ -274,7 +274,7 @@ def truthy(value: object) -> bool:
 
 def written_by_gym_failures(row: Mapping[str, Any]) -> bool:
     """Whether `row` (as saved) is one gym-failures wrote, whose `OWN_KEYS` are the contract's: it has
-    no `_ng_task_index`, or one of gym-failures' `_gf_*` keys, or a `rollout_id` of
+    no integer `_ng_task_index`, or one of gym-failures' `_gf_*` keys, or a `rollout_id` of
     `"<_ng_task_index>:<_ng_rollout_index>"` (see the module docstring). JSON `null` counts as absent."""
     task = _int64(row.get(TASK_INDEX))
     if task is None:
