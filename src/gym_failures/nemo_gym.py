@@ -15,9 +15,9 @@ which `gym_failures.rows.normalized` applies to every row):
   nor an `_ng_*` key; without a `verification` its `reward` is the verdict (`reward_is_verdict`, which
   the gate reads). `mask_sample` true (by truthiness, `truthy`), and only that, marks it `masked`: a
   complete result that must not be trained on, as NeMo Gym masks (`BaseVerifyResponse.mask_sample`).
-  A result that names a `failure_kind` with `mask_sample` false is a valid measurement that degraded on the way: it is
-  marked `degraded` (`degraded_kind`), never masked, and scored like any other. Either way it stays a
-  result (a success), never a failure.
+  A result that names a `failure_kind` with `mask_sample` false is a valid measurement that degraded
+  on the way: it is marked `degraded` (`degraded_kind`), never masked, and scored like any other.
+  Either way it stays a result (a success), never a failure.
 - A failure row has `_ng_failure_class` (the label) and `_ng_failure_terminal`. It becomes a failure row:
   `failure` = {`failure_kind`: the label read as a kind (`nemo_label`: `LABEL_ALIASES`), `failure_reason`: the
   first string of `REASON_KEYS`, `stage`: `_ng_failure_stage`, `terminal`}; `final` is true when it is
