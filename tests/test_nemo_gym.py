@@ -290,6 +290,181 @@ def test_a_row_of_ours_reads_back_its_result_whole() -> None:
     assert "reward_is_verdict" not in row
 
 
+# --- A dataset's columns named like our keys (issue 19 review) ----------------------------------
+
+_NG_RESULT = {"_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 1.0, "response": {"output": []}}
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        {"task_index": 42},
+        {"rollout_index": 7},
+        {"rollout_id": "abc"},
+        {"attempt": 3},
+        {"final": True},
+        {"final_reason": "terminal"},
+        {"closed_on_resume": True},
+        {"task_id": 5},
+        {"result": "4"},
+        {"failure": "none"},
+        {"masked": True},
+        {"degraded": True},
+        {"reward_is_verdict": False},
+    ],
+)
+def test_a_datasets_column_named_like_our_key_is_result_data_on_nemo_gyms_row(column: dict[str, Any]) -> None:
+    """NeMo Gym copies the input row's fields to every row it writes: `task_index: 42` once read as
+    rollout 42:0, `failure: "none"` as a failure, `masked: true` as masked."""
+    row = normalized({**_NG_RESULT, **column})
+    assert (row["task_index"], row["rollout_index"], row["rollout_id"], row["attempt"]) == (0, 0, "0:0", 1)
+    assert "failure" not in row
+    assert "masked" not in row
+    assert "degraded" not in row
+    assert row["result"] == {"reward": 1.0, "response": {"output": []}, **column}
+    assert row["reward_is_verdict"] is True
+    assert "final" not in row
+    assert "task_id" not in row
+    assert normalized(row) == row
+
+
+def test_a_datasets_columns_on_nemo_gyms_failure_row_are_not_our_keys() -> None:
+    row = normalized(
+        {"_ng_task_index": 3, "_ng_rollout_index": 1, "_ng_failure_class": "agent_run_error",
+         "attempt": 3, "final": True, "failure": "none", "task_index": 9},
+        max_attempts=3,
+    )  # fmt: skip
+    assert (row["task_index"], row["rollout_id"], row["attempt"]) == (3, "3:1", 1)
+    assert row["failure"]["failure_kind"] == "agent_run_error"
+    assert (row["final"], row["final_reason"]) == (False, None)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # Saved before issue 19: the contract keys themselves, beside NeMo Gym's indices.
+        {"task_index": 0, "rollout_index": 1, "rollout_id": "0:1", "attempt": 2, "_ng_task_index": 0,
+         "_ng_rollout_index": 1, "failure": {"failure_kind": "agent_run_error"}, "final": True},
+        # Saved since: `_gf_*` bookkeeping (a failure row always has `_gf_final`).
+        {"_ng_task_index": 0, "_ng_rollout_index": 1, "_ng_attempt_index": 1, "rollout_id": "0:1",
+         "failure": {"failure_kind": "agent_run_error"}, "_gf_final": True},
+        {"_ng_task_index": 0, "_ng_rollout_index": 1, "_ng_attempt_index": 1,
+         "failure": {"failure_kind": "agent_run_error"}, "_gf_final": True},
+        # Without NeMo Gym's index: gym-failures' oldest form.
+        {"task_index": 0, "rollout_index": 1, "attempt": 2, "failure": {"failure_kind": "agent_run_error"},
+         "final": True},
+    ],
+)  # fmt: skip
+def test_rows_gym_failures_wrote_keep_their_contract_keys(raw: dict[str, Any]) -> None:
+    assert nemo_gym.written_by_gym_failures(raw)
+    row = normalized(raw)
+    assert (row["rollout_id"], row["attempt"], row["final"]) == ("0:1", 2, True)
+    assert row["failure"] == {"failure_kind": "agent_run_error"}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"_ng_task_index": 0, "_ng_rollout_index": 1, "rollout_id": "0:0"},  # another rollout's id
+        {"_ng_task_index": 0, "_ng_rollout_index": 1, "rollout_id": "abc"},
+        {"_ng_task_index": 0, "_ng_rollout_index": 1, "rollout_id": 1},
+        {"_ng_task_index": 0, "_ng_rollout_index": 1, "_gf_final": None},  # null counts as absent
+        {"_ng_task_index": 0},
+    ],
+)
+def test_a_row_with_nemo_gyms_index_and_none_of_our_marks_is_nemo_gyms(raw: dict[str, Any]) -> None:
+    assert not nemo_gym.written_by_gym_failures(raw)
+
+
+def test_a_stored_masked_or_degraded_is_never_trusted() -> None:
+    ours = {"rollout_id": "0:0", "_ng_task_index": 0, "_ng_rollout_index": 0, "_gf_task_id": "a",
+            "result": {"reward": 1.0}, "reward": 1.0, "masked": True, "degraded": True}  # fmt: skip
+    row = normalized(ours)
+    assert "masked" not in row
+    assert "degraded" not in row
+
+
+def test_the_gate_does_not_count_a_datasets_masked_column_as_masked(tmp_path: Path) -> None:
+    path = tmp_path / "rollouts.jsonl"
+    rows = [{**_NG_RESULT, "_ng_task_index": index, "masked": True, "failure": "none"} for index in range(2)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    coverage = read_coverage([path])
+    assert (coverage.seen, coverage.masked, sum(coverage.failed.values())) == (2, 0, 0)
+    summary = summarize([path])
+    assert (summary.success_rows, summary.masked_success_rows, summary.failure_rows) == (2, 0, 0)
+
+
+def test_explain_finds_nemo_gyms_row_by_its_indices_whatever_rollout_id_its_dataset_names(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "rollouts.jsonl"
+    rows = [{**_NG_RESULT, "_ng_task_index": index, "rollout_id": "abc"} for index in (4, 40)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert [item.line for item in rollout_rows([path], "4:0")] == [1]
+    assert [item.line for item in rollout_rows([path], "40:0")] == [2]
+    assert rollout_rows([path], "abc") == []
+
+
+# --- Flags read by truthiness, as NeMo Gym reads them -------------------------------------------
+
+_TRUE = [True, 1, 1.0, -1, 2.5, "true", "false", "0", " ", [0], {"a": 0}]
+_FALSE = [False, 0, 0.0, -0.0, "", [], {}, None]
+
+
+@pytest.mark.parametrize("value", [*_TRUE, *_FALSE])
+def test_mask_sample_masks_by_truthiness(value: object, tmp_path: Path) -> None:
+    """NeMo Gym's aggregation masks `vr.get("mask_sample")` by truth (`_partition_on_mask`)."""
+    raw = {**_NG_RESULT, "mask_sample": value}
+    assert normalized(raw).get("masked", False) is bool(value)
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text(json.dumps(raw) + "\n")
+    assert summarize([path]).masked_success_rows == bool(value)
+    assert read_coverage([path]).masked == bool(value)
+
+
+@pytest.mark.parametrize("value", [*_TRUE, *_FALSE])
+def test_a_failure_is_terminal_by_truthiness(value: object, tmp_path: Path) -> None:
+    """NeMo Gym's `is_terminal_failure` is `bool(record.get("_ng_failure_terminal"))`."""
+    raw = {
+        "_ng_task_index": 0,
+        "_ng_rollout_index": 0,
+        "_ng_failure_class": "x",
+        "_ng_failure_terminal": value,
+    }
+    row = normalized(raw, max_attempts=3)
+    assert (row["failure"]["terminal"], row["final"]) == (bool(value), bool(value))
+    path = tmp_path / "rollouts_failures.jsonl"
+    path.write_text(json.dumps(raw) + "\n")
+    assert summarize([path], max_attempts=3).final_failure_rows == bool(value)
+
+
+@pytest.mark.parametrize("marker", [nemo_gym.NO_PERSIST, nemo_gym.DISPATCH_DRAINED])
+@pytest.mark.parametrize("value", ["true", 1, [], 0])
+def test_a_never_saved_marker_is_read_by_truthiness(marker: str, value: object, tmp_path: Path) -> None:
+    raw = {**_NG_RESULT, marker: value}
+    assert is_not_persisted(normalized(raw)) is bool(value)
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text(json.dumps(raw) + "\n")
+    assert summarize([path]).not_persisted_rows == bool(value)
+
+
+def test_an_old_main_file_row_with_an_error_is_a_result_as_nemo_gym_reads_it() -> None:
+    """NeMo Gym 0.7.0 writes every row without `_ng_failure_class` to the main file; its resume takes
+    every main-file row as done, and its aggregation scores it. Its agents that write `error` name a
+    class too (their rows go to the sidecar)."""
+    raw = {
+        "_ng_task_index": 0,
+        "_ng_rollout_index": 0,
+        "reward": 0.0,
+        "response": {"output": []},
+        "error": "boom",
+    }
+    row = normalized(raw)
+    assert "failure" not in row
+    assert row["result"] == {"reward": 0.0, "response": {"output": []}, "error": "boom"}
+    assert row["reward_is_verdict"] is True
+
+
 def test_explain_finds_a_nemo_gym_rollout_by_its_id() -> None:
     """Rollout 3:0 of the run NeMo Gym resumed twice: two agent failures, then a success."""
     files = [RUNS / "resumed" / "rollouts.jsonl", RUNS / "resumed" / "rollouts_failures.jsonl"]
@@ -376,34 +551,46 @@ _FAILURE = st.one_of(
         {}, optional={"failure_kind": _LABEL, "failure_reason": st.one_of(_TEXT, _SCALAR), "stage": _SCALAR}
     ),
 )
+# Flags NeMo Gym reads by truthiness: every JSON type, the empty and the look-alike values included.
+_FLAG = _SCALAR | st.sampled_from([[], "", "false", "true", "0", 0.0, -0.0, 1.0, 0, 1, {"a": 0}])
+# A `rollout_id` that names the row's own indices (a row of ours), another's, or a dataset's own.
+_ROLLOUT_ID = _SCALAR | st.sampled_from(["0:0", "0:1", "1:0", "2:1", "abc", "0"])
 _ROW = st.fixed_dictionaries(
     {},
     optional={
-        "_ng_task_index": st.integers(0, 2),
+        "_ng_task_index": st.integers(0, 2) | st.sampled_from([None, "0", True]),
         "_ng_rollout_index": st.integers(0, 1),
         "_ng_attempt_index": _SCALAR,
+        "rollout_id": _ROLLOUT_ID,
+        "task_index": _SCALAR,
+        "rollout_index": _SCALAR,
         "attempt": _SCALAR,
         "final": _SCALAR,
+        "masked": _SCALAR,
+        "degraded": _SCALAR,
         "_gf_final": _SCALAR,
+        "_gf_final_reason": _SCALAR,
+        "_gf_task_id": _SCALAR,
+        "_gf_closed_on_resume": _SCALAR,
         "failure": _FAILURE,
         "result": _SCALAR,
         "reward": _SCALAR,
         "response": _SCALAR,
-        "mask_sample": _SCALAR,
+        "mask_sample": _FLAG,
         "failure_kind": _SCALAR,
         "failure_reason": _SCALAR,
         "error": _SCALAR,
         "error_message": _SCALAR,
         "_ng_failure_response_body": _BODY,
         "_ng_failure_class": _LABEL,
-        "_ng_failure_terminal": _SCALAR,
+        "_ng_failure_terminal": _FLAG,
         "_ng_failure_message": _SCALAR,
         "_ng_failure_judge_error": _SCALAR,
         "_ng_failure_reason": _SCALAR,
         "_ng_failure_stage": _SCALAR,
         "_ng_failure_http_status": st.one_of(st.sampled_from([99, 100, 429, 599, 600]), _SCALAR),
-        "_ng_no_persist": _SCALAR,
-        "_ng_dispatch_drained": _SCALAR,
+        "_ng_no_persist": _FLAG,
+        "_ng_dispatch_drained": _FLAG,
     },
 )
 
@@ -489,6 +676,17 @@ def _sql_counts(path: Path, max_attempts: int) -> dict[str, Any]:
 @example(rows=[{"_ng_failure_class": "protocol_violation", "_ng_attempt_index": 2}], max_attempts=3)
 @example(rows=[{"reward": None, "response": "x", "failure_kind": "judge_failed"}], max_attempts=3)
 @example(rows=[{"attempt": 0, "_ng_failure_class": "judge_failed"}], max_attempts=1)  # found in make test
+@example(  # a dataset's contract-named columns on NeMo Gym's rows (issue 19 review)
+    rows=[
+        {"_ng_task_index": 0, "_ng_rollout_index": 0, "task_index": 42, "reward": 1.0, "failure": "none"},
+        {"_ng_task_index": 1, "_ng_rollout_index": 0, "attempt": 3, "final": True, "_ng_failure_class": "x"},
+        {"_ng_task_index": 2, "_ng_rollout_index": 0, "result": "4", "masked": True, "rollout_id": "abc"},
+        {"_ng_task_index": 0, "_ng_rollout_index": 1, "rollout_id": "0:1", "failure": {}, "final": True},
+        {"_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 0.0, "mask_sample": "false"},
+        {"_ng_task_index": 0, "_ng_rollout_index": 0, "_ng_failure_class": "x", "_ng_failure_terminal": "0"},
+    ],
+    max_attempts=3,
+)
 def test_the_summarys_sql_counts_every_row_as_python_reads_it(
     tmp_path: Path, rows: list[dict[str, Any]], max_attempts: int
 ) -> None:
@@ -504,12 +702,26 @@ _KEYS = st.sampled_from(
 
 
 @given(st.dictionaries(_KEYS, _SCALAR | st.dictionaries(_TEXT, _SCALAR, max_size=2), max_size=8))
+@example({"_ng_task_index": False, "attempt": None, "degraded": None, "reward": False})  # no index
+@example({"_ng_task_index": 0, "attempt": 2, "reward": 1.0})  # no rollout index
 def test_reading_any_row_keeps_every_key_and_never_raises(row: dict[str, Any]) -> None:
-    """Every key that is not the contract's keeps its value; a contract key is only ever filled in
-    (a value of the wrong type replaced), never removed, but for a null `failure` or `result`."""
+    """Every key that is not the contract's keeps its value. On a row gym-failures wrote a contract key
+    is only ever filled in (a value of the wrong type replaced), never removed, but for a null
+    `failure` or `result` and the computed `masked` and `degraded`; on any other row the contract's
+    names are the dataset's, and a completed row keeps them in its result."""
     read = normalized(row)
     foreign = {key: value for key, value in row.items() if key not in nemo_gym.CONTRACT_KEYS}
     assert {key: read[key] for key in foreign} == foreign
-    kept = {key for key, value in row.items() if value is not None or key not in ("failure", "result")}
-    assert kept <= set(read)
+    if nemo_gym.written_by_gym_failures(row):
+        kept = {
+            key
+            for key, value in row.items()
+            if (value is not None or key not in ("failure", "result")) and key not in ("masked", "degraded")
+        }
+        assert kept <= set(read)
+    elif "failure" not in read and isinstance(read.get("result"), dict):
+        dataset = {key: value for key, value in row.items() if key in nemo_gym.CONTRACT_KEYS}
+        assert {key: read["result"][key] for key in dataset} == dataset
+    succeeded = "result" in read and "failure" not in read
+    assert read.get("masked", False) is (succeeded and nemo_gym.truthy(row.get("mask_sample")))
     assert normalized(read) == read, "reading twice reads the same"

@@ -13,11 +13,12 @@ which `gym_failures.rows.normalized` applies to every row):
 - A completed row is flat: `reward` and `response` (and the verifier's other fields) at the top level.
   It becomes a success row whose `result` holds every key of the row that is neither a row-contract key
   nor an `_ng_*` key; without a `verification` its `reward` is the verdict (`reward_is_verdict`; the
-  gate scores any finite reward without a verification alike). `mask_sample` true, and only that,
-  marks it `masked`: a complete result that must not be trained on, as NeMo Gym masks
-  (`BaseVerifyResponse.mask_sample`). A result that names a `failure_kind` with `mask_sample` false
-  is a valid measurement that degraded on the way: it is marked `degraded` (`degraded_kind`), never
-  masked, and scored like any other. Either way it stays a result (a success), never a failure.
+  gate scores any finite reward without a verification alike). `mask_sample` true (by truthiness,
+  `truthy`), and only that, marks it `masked`: a complete result that must not be trained on, as NeMo
+  Gym masks (`BaseVerifyResponse.mask_sample`). A result that names a `failure_kind` with
+  `mask_sample` false is a valid measurement that degraded on the way: it is marked `degraded`
+  (`degraded_kind`), never masked, and scored like any other. Either way it stays a result (a
+  success), never a failure.
 - A failure row has `_ng_failure_class` (the label) and `_ng_failure_terminal`. It becomes a failure row:
   `failure` = {`failure_kind`: the label read as a kind (`nemo_label`: `LABEL_ALIASES`), `failure_reason`: the
   first string of `REASON_KEYS`, `stage`: `_ng_failure_stage`, `terminal`}; `final` is true when it is
@@ -39,10 +40,39 @@ per rollout it owes: the run's inventory, `materialized_inputs_path`, `read_inve
 `<stem>_aggregate_metrics.json`, `rollout_verdicts.jsonl` and `quality_summary.json` (its health
 checks). `is_report_file` names the files that are no rows.
 
-Every key is kept, `_ng_*` keys this module does not know included: reading adds keys, never removes
-one. A row that already has a contract key keeps it (a row gym-failures wrote has both forms; the
-contract keys win). JSON `null` counts as absent everywhere, as DuckDB reads it
-(`gym_failures.reporting.summary` applies the same rules in SQL; a differential test keeps them equal).
+Whose keys a row's contract-named keys are (`written_by_gym_failures`): NeMo Gym copies the input
+row's fields to the top level of every result and sidecar row, so a dataset column named `task_index`,
+`rollout_index`, `rollout_id`, `attempt`, `final`, `final_reason`, `closed_on_resume`, `task_id`,
+`failure` or `result` (`OWN_KEYS`) is no key of ours on a row NeMo Gym wrote. Those keys are read as
+the contract's only on a row gym-failures wrote, which is a row that
+- has no integer `_ng_task_index` (NeMo Gym stamps one on every row it writes,
+  `nemo_gym/rollout_collection.py:2597`; a row without it is in gym-failures' oldest form, or the
+  contract written by hand; an integer is one DuckDB reads as one, at most 64 bits), or
+- has one of gym-failures' saved keys (`_gf_final`, `_gf_final_reason`, `_gf_closed_on_resume`,
+  `_gf_task_id`: `gym_failures.row_keys`), or
+- has a `rollout_id` that is `"<_ng_task_index>:<_ng_rollout_index>"` (the rollout index 0 when it
+  is no integer, as `gym_failures.rows.normalized` makes the id): every row gym-failures has written,
+  in both forms, before issue 19 and since; gym-failures' readers before issue 19 told NeMo Gym's rows
+  apart by the `rollout_id` alone. A row read once is one of these, so reading it again reads the same.
+On any other row the contract keys are read from the `_ng_*` keys alone, and the dataset's keys of
+those names are the row's data: on a completed row they are part of its `result`; on a failure row
+(which has no result) they are shadowed in memory by the reading (the file is never changed).
+A dataset whose `rollout_id` happens to equal `"<task>:<rollout>"` of its own row is read as ours:
+the one case this test gets wrong, and no row NeMo Gym's own code numbers gives it.
+`masked` and `degraded` are always computed from `mask_sample` and `failure_kind`, never read from
+a row, whoever wrote it.
+
+Flags NeMo Gym reads by Python truthiness are read the same way (`truthy`): `mask_sample` (its
+aggregation's `_partition_on_mask`, `nemo_gym/reward_profile.py:848`, and its collector,
+`nemo_gym/rollout_collection.py:2756`), `_ng_failure_terminal` (`is_terminal_failure`,
+`nemo_gym/rollout_collection.py:1272`), `_ng_no_persist` and `_ng_dispatch_drained`
+(`nemo_gym/rollout_collection.py:2618`, `:2621`). So `1`, `1.0`, `"true"` and `"false"` are true;
+`false`, `0`, `0.0`, `""`, `[]`, `{}` and `null` are false.
+
+Every other key is kept, `_ng_*` keys this module does not know included: reading adds keys, and
+removes only the dataset's keys named like the contract's (see above). JSON `null` counts as absent
+everywhere, as DuckDB reads it (`gym_failures.reporting.summary` applies the same rules in SQL; a
+differential test keeps them equal).
 
 Writing (`success_keys`, `failure_keys`): every row gym-failures writes also carries the NeMo Gym keys
 (see docs/rows.md for the table): the indices, `_ng_attempt_index` from the second attempt on,
@@ -73,12 +103,14 @@ from gym_failures.failure_kinds import (
     ENVIRONMENT_PROTOCOL_VIOLATION,
     JUDGE_UNPARSEABLE,
 )
+from gym_failures.row_keys import SAVED_AS
 
 __all__ = [
     "AGENT_REF",
     "ATTEMPT_INDEX",
     "BODY_KIND_REGEX",
     "BODY_START_REGEX",
+    "COMPUTED_KEYS",
     "CONTRACT_KEYS",
     "DEFAULT_MAX_ATTEMPTS",
     "DISPATCH_DRAINED",
@@ -96,6 +128,7 @@ __all__ = [
     "MAX_ATTEMPTS_ENV",
     "MAX_BODY_CHARS",
     "NO_PERSIST",
+    "OWN_KEYS",
     "REASON_KEYS",
     "ROLLOUT_ID",
     "ROLLOUT_INDEX",
@@ -116,6 +149,8 @@ __all__ = [
     "reported_failure",
     "result_metrics",
     "success_keys",
+    "truthy",
+    "written_by_gym_failures",
 ]
 
 _LOGGER = logging.getLogger(__name__)
@@ -209,9 +244,58 @@ CONTRACT_KEYS: frozenset[str] = frozenset(
         "rollout_failure",
         "reward_is_verdict",
         "from_nemo_gym",
+        "degraded",
     }
 )
 """The row contract's own keys (`gym_failures.rows`): never part of a flat row's result."""
+
+OWN_KEYS: frozenset[str] = frozenset(
+    {
+        "task_index",
+        "task_id",
+        "rollout_index",
+        "rollout_id",
+        "attempt",
+        "result",
+        "failure",
+        "final",
+        "final_reason",
+        "closed_on_resume",
+        "rollout_failure",
+    }
+)
+"""The contract keys a row holds as the contract's only when gym-failures wrote it
+(`written_by_gym_failures`); on a row NeMo Gym wrote they are its dataset's."""
+
+COMPUTED_KEYS: frozenset[str] = frozenset({"masked", "degraded", "reward_is_verdict", "from_nemo_gym"})
+"""The contract keys a reader derives and never saves; on a row NeMo Gym wrote, a key of one of these
+names is its dataset's. `masked` and `degraded` are computed afresh on every row."""
+
+_SAVED_NAMES: tuple[str, ...] = tuple(sorted(SAVED_AS.values()))
+
+
+def truthy(value: object) -> bool:
+    """A flag NeMo Gym reads by Python truthiness (`mask_sample`, `_ng_failure_terminal`,
+    `_ng_no_persist`, `_ng_dispatch_drained`), read as it reads it: see the module docstring."""
+    return bool(value)
+
+
+def written_by_gym_failures(row: Mapping[str, Any]) -> bool:
+    """Whether `row` (as saved) is one gym-failures wrote, whose `OWN_KEYS` are the contract's: it has
+    no integer `_ng_task_index`, or one of gym-failures' `_gf_*` keys, or a `rollout_id` of
+    `"<_ng_task_index>:<_ng_rollout_index>"` (see the module docstring). JSON `null` counts as absent."""
+    task = _int64(row.get(TASK_INDEX))
+    if task is None:
+        return True
+    if any(row.get(name) is not None for name in _SAVED_NAMES):
+        return True
+    rollout = _int64(row.get(ROLLOUT_INDEX))
+    return row.get("rollout_id") == f"{task}:{0 if rollout is None else rollout}"
+
+
+def _int64(value: object) -> int | None:
+    """`value` when it is an integer DuckDB reads as one (`gym_failures.reporting.summary`'s `_int`)."""
+    return value if type(value) is int and -(2**63) <= value < 2**63 else None
 
 
 def max_rollout_attempts() -> int:
@@ -308,8 +392,9 @@ def _inventory_key(line: bytes) -> tuple[int, int] | None:
 
 
 def is_not_persisted(row: Mapping[str, Any]) -> bool:
-    """Whether NeMo Gym marked `row` as never to be saved (kill-shaped or cancelled by a drain)."""
-    return row.get(NO_PERSIST) is True or row.get(DISPATCH_DRAINED) is True
+    """Whether NeMo Gym marked `row` as never to be saved (kill-shaped or cancelled by a drain), each
+    flag read by truthiness, as NeMo Gym reads it (`nemo_gym/rollout_collection.py:2618`, `:2621`)."""
+    return truthy(row.get(NO_PERSIST)) or truthy(row.get(DISPATCH_DRAINED))
 
 
 def _int(value: object) -> int | None:
@@ -346,7 +431,7 @@ def _read_identity(row: dict[str, Any]) -> None:
 
 
 def _read_failure(row: dict[str, Any], max_attempts: int) -> None:
-    terminal = row.get(FAILURE_TERMINAL) is True
+    terminal = truthy(row.get(FAILURE_TERMINAL))  # `is_terminal_failure`'s `bool(...)`
     failure: dict[str, Any] = {
         "failure_kind": nemo_label(row.get(FAILURE_CLASS)),
         "failure_reason": _first_string(row, REASON_KEYS) or "",
@@ -370,8 +455,17 @@ def read_nemo_gym(row: dict[str, Any], max_attempts: int | None = None) -> None:
     """Add to `row`, in place, the contract keys its NeMo Gym keys stand for (see the module docstring).
 
     `max_attempts` is the budget that makes a non-terminal failure final (`max_rollout_attempts()` when
-    None). Nothing is removed but JSON nulls of `result` and `failure`, which mean no outcome.
+    None). Nothing is removed but JSON nulls of `result` and `failure`, which mean no outcome, a stored
+    `masked` or `degraded` (computed afresh), and on a row gym-failures did not write
+    (`written_by_gym_failures`) its dataset's keys named like the contract's (`OWN_KEYS`,
+    `COMPUTED_KEYS`), which become part of its result.
     """
+    dataset: dict[str, Any] = {}
+    if written_by_gym_failures(row):
+        row.pop("masked", None)
+        row.pop("degraded", None)
+    else:
+        dataset = {key: row.pop(key) for key in (*OWN_KEYS, *COMPUTED_KEYS) if key in row}
     if row.get("failure", False) is None:
         del row["failure"]
     if row.get("result", False) is None:
@@ -389,9 +483,12 @@ def read_nemo_gym(row: dict[str, Any], max_attempts: int | None = None) -> None:
             return
         # A flat completed row: everything that is not ours or NeMo Gym's bookkeeping is the result.
         row["result"] = {
-            key: value
-            for key, value in row.items()
-            if key not in CONTRACT_KEYS and not key.startswith("_ng_")
+            **{
+                key: value
+                for key, value in row.items()
+                if key not in CONTRACT_KEYS and not key.startswith("_ng_")
+            },
+            **dataset,
         }
         if "verification" not in row["result"]:
             row["reward_is_verdict"] = True
@@ -402,14 +499,14 @@ def read_nemo_gym(row: dict[str, Any], max_attempts: int | None = None) -> None:
     ):
         # gym-failures keeps the response at the top level, where NeMo Gym reads it, and not twice.
         row["result"] = {**result, "response": row["response"]}
-    if row.get("mask_sample") is True:
+    if truthy(row.get("mask_sample")):
         row["masked"] = True
     elif isinstance(row.get("failure_kind"), str):
         row["degraded"] = True
 
 
 def degraded_kind(row: Mapping[str, Any]) -> str | None:
-    """The kind a degraded result (`degraded`: a `failure_kind` named, `mask_sample` not true) names."""
+    """The kind a degraded result (`degraded`: a `failure_kind` named, `mask_sample` false) names."""
     kind = row.get("failure_kind")
     return kind if row.get("degraded") is True and isinstance(kind, str) else None
 

@@ -39,7 +39,8 @@ silently turned into a number. (The collector itself refuses a reply whose rewar
 `gym_failures.collection`.)
 
 Every row also carries NeMo Gym's keys (`gym_failures.nemo_gym`), and every form NeMo Gym writes is
-read: `normalized` turns a NeMo Gym row into this contract (its flat completed rows, masked results,
+read (a row's contract keys count only on a row gym-failures wrote: `written_by_gym_failures`):
+`normalized` turns a NeMo Gym row into this contract (its flat completed rows, masked results,
 failure sidecar rows old and new), and `is_rollout_row` is false for a row NeMo Gym marked never to be
 saved. docs/rows.md lists every key, who writes it and who reads it.
 
@@ -118,7 +119,10 @@ def normalized(row: Mapping[str, Any], max_attempts: int | None = None) -> dict[
     """`row` in the current contract, whatever wrote it: a NeMo Gym row gains the contract keys its
     `_ng_*` keys stand for (`gym_failures.nemo_gym.read_nemo_gym`; `max_attempts` is the budget that
     makes a NeMo Gym failure final, NeMo Gym's own when None). Our own bookkeeping is read from its
-    saved `_gf_*` keys (`gym_failures.row_keys`). No key is removed."""
+    saved `_gf_*` keys (`gym_failures.row_keys`). The contract's keys are trusted only on a row
+    gym-failures wrote (`gym_failures.nemo_gym.written_by_gym_failures`): on a row NeMo Gym wrote, a
+    dataset column named `task_index`, `rollout_id`, `failure`, ... is its data, and the indices and
+    `rollout_id` come from its `_ng_*` keys alone. No other key is removed."""
     result = dict(row)
     read_saved_keys(result)
     read_nemo_gym(result, max_attempts)

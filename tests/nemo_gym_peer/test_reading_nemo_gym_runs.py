@@ -107,12 +107,63 @@ def test_masking_is_nemo_gyms_mask_sample_alone(runs: tuple[Path, dict[str, Any]
 
 
 def test_each_sidecar_rows_terminal_decision_is_nemo_gyms(runs: tuple[Path, dict[str, Any]]) -> None:
+    """`is_terminal_failure` is `bool(_ng_failure_terminal)`: `"false"` is terminal, `0` and `""` not."""
     root, readings = runs
-    ours = [
-        [row["task_index"], row["rollout_index"], row["failure"]["terminal"]]
-        for row in read_rows(root / "mixed" / "rollouts_failures.jsonl")
-    ]
-    assert ours == readings["mixed"]["terminal"]
+    for case, reading in readings.items():
+        ours = [
+            [row["task_index"], row["rollout_index"], row["failure"]["terminal"]]
+            for row in read_rows(root / case / "rollouts_failures.jsonl")
+        ]
+        assert ours == reading["terminal"], case
+    assert {terminal for *_, terminal in readings["truthy"]["terminal"]} == {True, False}
+
+
+def test_mask_sample_is_read_by_truthiness_as_nemo_gyms_aggregation_reads_it(
+    runs: tuple[Path, dict[str, Any]],
+) -> None:
+    """Its `_partition_on_mask` masks `1`, `1.0`, `"true"`, even `"false"`; never `0`, `""`, `[]`."""
+    root, readings = runs
+    for case, reading in readings.items():
+        run = root / case
+        ours = sorted(
+            [row["task_index"], row["rollout_index"]]
+            for row in read_rows(run / "rollouts.jsonl")
+            if row.get("masked") is True
+        )
+        assert ours == reading["masked"], case
+        assert summarize([run]).masked_success_rows == len(reading["masked"]), case
+        assert read_coverage(row_files(run)).masked == len(reading["masked"]), case
+    assert 0 < len(readings["truthy"]["masked"]) < len(readings["truthy"]["result_keys"])
+
+
+def test_a_datasets_columns_named_like_our_keys_are_its_data(runs: tuple[Path, dict[str, Any]]) -> None:
+    """NeMo Gym's simple agent copies the request's fields into its result: `task_index: 42`,
+    `failure: "none"`, `masked: true` and the like are the dataset's, never our keys."""
+    root, readings = runs
+    run, reading = root / "dataset", readings["dataset"]
+    results = list(read_rows(run / "rollouts.jsonl"))
+    assert [[row["task_index"], row["rollout_index"]] for row in results] == reading["result_keys"]
+    assert all("failure" not in row and row["attempt"] == 1 for row in results)
+    assert {row["result"].get("task_index") for row in results} >= {42}, "the column is kept as data"
+    summary = summarize([run])
+    assert (summary.success_rows, summary.failure_rows, summary.final_failure_rows) == (9, 1, 0)
+    (failure,) = read_rows(run / "rollouts_failures.jsonl")
+    assert (failure["rollout_id"], failure["attempt"], failure["final"]) == ("8:1", 1, False)
+    assert read_coverage(row_files(run)).missing_rollouts == _ids(reading["to_run"])
+
+
+def test_a_main_file_row_with_an_error_is_a_result_as_nemo_gym_reads_it(
+    runs: tuple[Path, dict[str, Any]],
+) -> None:
+    """NeMo Gym's resume takes every main-file row as done, and its aggregation measures it."""
+    root, readings = runs
+    run, reading = root / "error_row", readings["error_row"]
+    assert (reading["to_run"], reading["successes"]) == ([], 2)
+    assert all("failure" not in row for row in read_rows(run / "rollouts.jsonl"))
+    summary = summarize([run])
+    assert (summary.success_rows, summary.failure_rows) == (2, 0)
+    coverage = read_coverage(row_files(run))
+    assert (coverage.missing, sum(coverage.failed.values()), coverage.masked) == (0, 0, 0)
 
 
 def test_every_label_nemo_gym_wrote_is_classified(runs: tuple[Path, dict[str, Any]]) -> None:

@@ -253,13 +253,30 @@ def line_row(path: Path, line: int) -> RowExplanation | None:
 def rollout_rows(paths: Iterable[Path], rollout_id: str) -> list[RowExplanation]:
     """The explanations of every row of rollout `rollout_id` in `paths`, by attempt."""
     # Most lines belong to other rollouts: a row that names its rollout id, and whose text lacks this
-    # one, is skipped unparsed. Only a plain id is matched as text, since JSON may escape others.
+    # one, is skipped unparsed. Only a plain id is matched as text, since JSON may escape others. A
+    # NeMo Gym row's `rollout_id` may be its dataset's (`nemo_gym.written_by_gym_failures`): its
+    # rollout is its indices, so a row naming this id's task index is parsed whatever else it names.
     plain = re.fullmatch(r"[A-Za-z0-9:._-]+", rollout_id) is not None
     needle = b'"' + rollout_id.encode() + b'"'
+    indices = re.fullmatch(r"([0-9]+):[0-9]+", rollout_id)
+    task = (
+        None
+        if indices is None
+        else re.compile(
+            rb'"_ng_task_index"[\t\n\r ]*:[\t\n\r ]*' + indices.group(1).encode() + rb"(?![0-9.eE])"
+        )
+    )
     found: list[RowExplanation] = []
     for path in paths:
         for number, text, terminated in _lines(path):
-            if not terminated or (plain and needle not in text and b'"rollout_id"' in text):
+            if not terminated:
+                continue
+            if (
+                plain
+                and needle not in text
+                and b'"rollout_id"' in text
+                and (task is None or task.search(text) is None)
+            ):
                 continue
             row, _ = parse_line(text)
             if row is None:

@@ -13,8 +13,13 @@ What is counted, by the rules of `gym_failures.rows.normalized` (NeMo Gym's row 
 `gym_failures.nemo_gym`; a differential test in `tests/test_nemo_gym.py` keeps this SQL and that
 Python equal over generated files):
 
+- A row's `failure`, `result`, `attempt` and `final` are ours only on a row gym-failures wrote (no
+  integer `_ng_task_index`, a `_gf_*` key, or a `rollout_id` of `"<_ng_task_index>:<_ng_rollout_index>"`:
+  `gym_failures.nemo_gym.written_by_gym_failures`); on any other row they are its dataset's, and only
+  its `_ng_*` keys are read.
 - A row NeMo Gym marked never to be saved (`_ng_no_persist`, `_ng_dispatch_drained`) is no outcome:
-  counted as `not_persisted_rows`, nothing else.
+  counted as `not_persisted_rows`, nothing else. NeMo Gym's flags (these, `mask_sample` and
+  `_ng_failure_terminal`) are read by Python truthiness, as NeMo Gym reads them (`_truthy`).
 - A failure row is a row with `failure`, or NeMo Gym's `_ng_failure_class`; every one is counted,
   because each is one failed attempt. (The one exception, a row a resumed collector wrote to close a
   rollout past a lowered attempt budget, `closed_on_resume`, repeats its last attempt's failure; it is
@@ -123,6 +128,12 @@ COLUMNS: dict[str, str] = {
     "attempt": "JSON",
     "final": "JSON",
     "_gf_final": "JSON",
+    "_gf_final_reason": "JSON",
+    "_gf_closed_on_resume": "JSON",
+    "_gf_task_id": "JSON",
+    "rollout_id": "JSON",
+    "_ng_task_index": "JSON",
+    "_ng_rollout_index": "JSON",
     "failure": "STRUCT(failure_kind JSON, failure_reason JSON, stage JSON)",
     "result": "STRUCT(reward JSON)",
     "reward": "JSON",
@@ -153,13 +164,24 @@ _MAX_OBJECT_BYTES = 256 * 1024 * 1024
 
 _STAGES: frozenset[str] = frozenset(get_args(FailureStage))
 
-# Type checks that match Python's (`isinstance(value, str)`, `type(value) is int`, `value is True`).
+# Type checks that match Python's (`isinstance(value, str)`, `type(value) is int`, `value is True`),
+# and `_truthy`, Python's `bool(value)` for a JSON value of any type (`gym_failures.nemo_gym.truthy`):
+# a number is true when not zero (DuckDB reads `1e-400` as 0.0, as Python does; NaN is true), a string
+# when not empty, an array or object when it holds anything.
 MACROS = """
 CREATE OR REPLACE TEMP MACRO _str(j) AS CASE WHEN json_type(j) = 'VARCHAR' THEN j ->> '$' END;
 CREATE OR REPLACE TEMP MACRO _int(j) AS
     CASE WHEN json_type(j) IN ('BIGINT', 'UBIGINT') THEN TRY_CAST(j AS BIGINT) END;
 CREATE OR REPLACE TEMP MACRO _true(j) AS
     coalesce(json_type(j) = 'BOOLEAN' AND CAST(j AS VARCHAR) = 'true', false);
+CREATE OR REPLACE TEMP MACRO _truthy(j) AS coalesce(CASE json_type(j)
+    WHEN 'BOOLEAN' THEN CAST(j AS VARCHAR) = 'true'
+    WHEN 'VARCHAR' THEN (j ->> '$') <> ''
+    WHEN 'ARRAY' THEN json_array_length(j) > 0
+    WHEN 'OBJECT' THEN CAST(j AS VARCHAR) <> '{}'
+    WHEN 'NULL' THEN false
+    ELSE TRY_CAST(j AS DOUBLE) <> 0
+END, false);
 """
 
 # The projection of every input row to the group key, by the rules of `gym_failures.rows.normalized`
@@ -168,13 +190,19 @@ CREATE OR REPLACE TEMP MACRO _true(j) AS
 _PROJECTION = """
 SELECT
     w,
-    _true(_ng_no_persist) OR _true(_ng_dispatch_drained) AS not_persisted,
-    failure IS NULL AND _ng_failure_class IS NOT NULL AS nemo_failure,
-    NOT not_persisted AND (failure IS NOT NULL OR nemo_failure) AS is_failure,
-    NOT not_persisted AND NOT is_failure AND failure IS NULL
-        AND (result IS NOT NULL OR reward IS NOT NULL OR response IS NOT NULL) AS is_success,
-    is_success AND _true(mask_sample) AS masked,
-    is_success AND NOT _true(mask_sample) AND _str(failure_kind) IS NOT NULL AS degraded,
+    -- `written_by_gym_failures`: only such a row's `failure`, `result`, `attempt` and `final` are ours.
+    _int(_ng_task_index) IS NULL OR _gf_final IS NOT NULL OR _gf_final_reason IS NOT NULL
+        OR _gf_closed_on_resume IS NOT NULL OR _gf_task_id IS NOT NULL
+        OR coalesce(_str(rollout_id) = CAST(_int(_ng_task_index) AS VARCHAR) || ':'
+            || CAST(coalesce(_int(_ng_rollout_index), 0) AS VARCHAR), false) AS ours,
+    _truthy(_ng_no_persist) OR _truthy(_ng_dispatch_drained) AS not_persisted,
+    ours AND failure IS NOT NULL AS own_failure,
+    NOT own_failure AND _ng_failure_class IS NOT NULL AS nemo_failure,
+    NOT not_persisted AND (own_failure OR nemo_failure) AS is_failure,
+    NOT not_persisted AND NOT is_failure AND NOT own_failure
+        AND ((ours AND result IS NOT NULL) OR reward IS NOT NULL OR response IS NOT NULL) AS is_success,
+    is_success AND _truthy(mask_sample) AS masked,
+    is_success AND NOT _truthy(mask_sample) AND _str(failure_kind) IS NOT NULL AS degraded,
     CASE WHEN is_failure THEN left(_str(_ng_failure_response_body), {body_chars}) END AS body,
     CASE WHEN regexp_matches(body, '{body_start}')
         THEN nullif(regexp_extract(body, '{body_kind}', 1), '')
@@ -196,15 +224,15 @@ SELECT
     END AS http_status,
     -- Named apart from the input column `attempt`, which a later expression would read instead.
     CASE WHEN is_failure THEN coalesce(
-        _int(attempt),
+        CASE WHEN ours THEN _int(attempt) END,
         CASE WHEN _int(_ng_attempt_index) >= 0 THEN _int(_ng_attempt_index) + 1 END,
         1)
     END AS attempt_number,
     -- `final` as saved since issue 19 (`_gf_final`), or in a row saved before it.
-    coalesce(final, _gf_final) AS saved_final,
+    CASE WHEN ours THEN coalesce(final, _gf_final) END AS saved_final,
     is_failure AND CASE
         WHEN NOT nemo_failure OR json_type(saved_final) = 'BOOLEAN' THEN _true(saved_final)
-        ELSE _true(_ng_failure_terminal) OR attempt_number >= {max_attempts}
+        ELSE _truthy(_ng_failure_terminal) OR attempt_number >= {max_attempts}
     END AS final_outcome,
     CASE WHEN is_failure THEN CASE WHEN nemo_failure THEN coalesce(
         _str(_ng_failure_message), _str(_ng_failure_judge_error), _str(failure_reason), _str(error),
@@ -451,7 +479,7 @@ def _against_inventory(
             SELECT task, rollout FROM (
                 SELECT _int(_ng_task_index) AS task, _int(_ng_rollout_index) AS rollout, w
                 FROM {source}
-                WHERE NOT (_true(_ng_no_persist) OR _true(_ng_dispatch_drained))
+                WHERE NOT (_truthy(_ng_no_persist) OR _truthy(_ng_dispatch_drained))
             )
             WHERE task IS NOT NULL AND rollout IS NOT NULL
             GROUP BY ALL HAVING sum(w) > 0

@@ -9,9 +9,14 @@ its materialized inputs (`RolloutCollectionHelper.preprocess_examples`), results
 `migrate_invalid_judge_main_rows`, and its health reports (`run_health_checks`) beside the rows. Then
 reports, per case, what NeMo Gym's own code says of the directory: the rollouts its resume would still
 run (`_load_from_cache`), the coverage it prints (`_coverage_report`), the rollouts that left no row
-(`_missing_rollout_rows_counted_as_zero`), its masking metrics (`_masking_step_metrics` over its
-`BaseVerifyResponse.mask_sample`), each sidecar row's terminal decision (`is_terminal_failure`) and the
-last attempt of each rollout (`_latest_failure_rows`).
+(`_missing_rollout_rows_counted_as_zero`), the results its aggregation masks (`_partition_on_mask`)
+and its masking metrics over them (`_masking_step_metrics`), each sidecar row's terminal decision
+(`is_terminal_failure`) and the last attempt of each rollout (`_latest_failure_rows`).
+
+Besides the runs its collector writes for every outcome (`mixed`, `killed`): a dataset whose columns
+are named like gym-failures' row keys (`dataset`: NeMo Gym's simple agent copies the request's fields
+into its result), flags of every JSON type where NeMo Gym reads truthiness (`truthy`), and a main-file
+row with an `error` and no failure class, as an older build wrote one (`error_row`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from _peer import report
 from nemo_gym.base_resources_server import BaseVerifyResponse
 from nemo_gym.episode_types import BaseEpisodeResponse, EpisodeFailure, EpisodeId, TaskId
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.reward_profile import _partition_on_mask
 from nemo_gym.rollout_collection import (
     RolloutCollectionConfig,
     RolloutCollectionHelper,
@@ -43,6 +49,7 @@ from nemo_gym.rollout_collection import (
 )
 from nemo_gym.rollout_health import run_health_checks
 from nemo_gym.server_utils import raise_for_status
+from responses_api_agents.simple_agent.app import SimpleAgentVerifyResponse
 from starlette.applications import Starlette
 from starlette.routing import Route
 
@@ -120,13 +127,18 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> None:
             handle.write(orjson.dumps(row) + b"\n")
 
 
-def _inventory(run: Path, tasks: int, repeats: int) -> None:
+def _inventory(
+    run: Path, tasks: int, repeats: int, columns: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The run's materialized inputs, each task with its dataset `columns` (if any); returned."""
     examples = [
-        {"responses_create_params": {"input": f"task {index}"}, "agent_ref": {"name": "agent"}}
+        {"responses_create_params": {"input": f"task {index}"}, "agent_ref": {"name": "agent"},
+         **(columns[index] if columns else {})}
         for index in range(tasks)
-    ]
+    ]  # fmt: skip
     rows = RolloutCollectionHelper().preprocess_examples(examples, num_repeats=repeats)
     _write(run / "rollouts_materialized_inputs.jsonl", rows)
+    return rows
 
 
 def build_mixed(run: Path, agent_rows: list[dict[str, Any]]) -> None:
@@ -181,7 +193,83 @@ def _health(run: Path) -> None:
     (run.parent / f"{run.name}.health.json").write_bytes(orjson.dumps(result.summary["run"]))
 
 
-CASES = {"mixed": build_mixed, "killed": build_killed}
+DATASET_COLUMNS: list[dict[str, Any]] = [
+    {"task_index": 42},
+    {"rollout_index": 7},
+    {"attempt": 3},
+    {"result": "4"},
+    {"failure": "none"},
+    {"rollout_id": "abc"},
+    {"final": True},
+    {"masked": True},
+    {"final": False, "attempt": 1, "failure": {"failure_kind": "agent_run_error"}},
+]
+
+
+def build_dataset(run: Path, agent_rows: list[dict[str, Any]]) -> None:
+    """A dataset whose columns are named like gym-failures' row keys: every task's first rollout a
+    result as NeMo Gym's simple agent writes it (its request's fields, then the verifier's:
+    `responses_api_agents/simple_agent/app.py:478`), the last task's second rollout one failed attempt
+    whose row carries the request's fields too (as its tau2 agent writes `record | {...}`)."""
+    rows = _inventory(run, tasks=len(DATASET_COLUMNS), repeats=2, columns=DATASET_COLUMNS)
+    results = []
+    for row in rows:
+        if row["_ng_rollout_index"] != 0:
+            continue
+        request = {key: value for key, value in row.items() if not key.startswith("_ng_")}
+        verified = SimpleAgentVerifyResponse.model_validate(
+            {**request, "response": _response(), "reward": 1.0}
+        )
+        results.append({**verified.model_dump(mode="json"), **_keyed({}, (row["_ng_task_index"], 0))})
+    _write(run / "rollouts.jsonl", results)
+    last = rows[-1]
+    request = {key: value for key, value in last.items() if not key.startswith("_ng_")}
+    key = (last["_ng_task_index"], last["_ng_rollout_index"])
+    _write(run / "rollouts_failures.jsonl", [_keyed({**request, **agent_rows[0]}, key)])
+    _health(run)
+
+
+MASK_VALUES: list[Any] = [True, 1, 1.0, "true", "false", "0", [0], False, 0, 0.0, "", [], {}, None]
+TERMINAL_VALUES: list[Any] = [True, 1, "true", "false", {"a": 0}, False, 0, "", [], None]
+
+
+def build_truthy(run: Path, agent_rows: list[dict[str, Any]]) -> None:
+    """`mask_sample` and `_ng_failure_terminal` of every JSON type: one result a mask value, one
+    sidecar row a terminal value, each on a task of its own."""
+    _inventory(run, tasks=len(MASK_VALUES) + len(TERMINAL_VALUES), repeats=1)
+    _write(
+        run / "rollouts.jsonl",
+        [
+            {**_result((index, 0), reward=1.0), "mask_sample": value}
+            for index, value in enumerate(MASK_VALUES)
+        ],
+    )
+    _write(
+        run / "rollouts_failures.jsonl",
+        [
+            _keyed({**agent_rows[0], "_ng_failure_terminal": value}, (len(MASK_VALUES) + index, 0))
+            for index, value in enumerate(TERMINAL_VALUES)
+        ],
+    )
+    _health(run)
+
+
+def build_error_row(run: Path, agent_rows: list[dict[str, Any]]) -> None:
+    """A main-file row with `error`, `reward: 0.0` and a minimal response, and no failure class."""
+    del agent_rows
+    _inventory(run, tasks=2, repeats=1)
+    error_row = {**_result((0, 0), reward=0.0), "error": "boom"}
+    _write(run / "rollouts.jsonl", [error_row, _result((1, 0), reward=1.0)])
+    _health(run)
+
+
+CASES = {
+    "mixed": build_mixed,
+    "killed": build_killed,
+    "dataset": build_dataset,
+    "truthy": build_truthy,
+    "error_row": build_error_row,
+}
 
 
 def _readings(run: Path) -> dict[str, Any]:
@@ -200,13 +288,12 @@ def _readings(run: Path) -> dict[str, Any]:
     expected = sum(1 for _ in materialized.open("rb"))  # as `_run_from_config` counts them
     sidecar = [orjson.loads(line) for line in failures.open("rb")] if failures.exists() else []
     classes = Counter(row.get("_ng_failure_class") for row in sidecar)
-    scored: Counter[str] = Counter()
-    for result in results:
-        verified = BaseVerifyResponse.model_validate(result)
-        if verified.mask_sample:
-            scored["masked"] += 1
-        else:
-            scored.update({"reward": verified.reward, "count": 1})
+    # As its aggregation partitions the results (`select_measured`), and its collector counts them
+    # (`nemo_gym/rollout_collection.py:2760`).
+    measured, masked = _partition_on_mask(results)
+    scored: Counter[str] = Counter({"masked": len(masked)})
+    for result in measured:
+        scored.update({"reward": float(result["reward"] or 0.0), "count": 1})
     latest = _latest_failure_rows([failures])
     return {
         "expected": expected,
@@ -218,6 +305,8 @@ def _readings(run: Path) -> dict[str, Any]:
             for row in _missing_rollout_rows_counted_as_zero([materialized], [failures], set(successes))
         ),
         "masking": _masking_step_metrics("agent", scored, Counter({"failed": len(sidecar)})),
+        "masked": sorted([row["_ng_task_index"], row["_ng_rollout_index"]] for row in masked),
+        "result_keys": [[row["_ng_task_index"], row["_ng_rollout_index"]] for row in results],
         "terminal": [
             [row["_ng_task_index"], row["_ng_rollout_index"], is_terminal_failure(row)] for row in sidecar
         ],
