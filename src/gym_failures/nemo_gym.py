@@ -228,27 +228,6 @@ _REPORT_SUFFIXES: Final = (f"{INVENTORY_SUFFIX}.jsonl", "_aggregate_metrics.json
 MAX_ATTEMPTS_ENV: Final = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
 DEFAULT_MAX_ATTEMPTS: Final = 3
 
-CONTRACT_KEYS: frozenset[str] = frozenset(
-    {
-        "task_index",
-        "task_id",
-        "rollout_index",
-        "rollout_id",
-        "attempt",
-        "result",
-        "failure",
-        "final",
-        "final_reason",
-        "closed_on_resume",
-        "masked",
-        "rollout_failure",
-        "reward_is_verdict",
-        "from_nemo_gym",
-        "degraded",
-    }
-)
-"""The row contract's own keys (`gym_failures.rows`): never part of a flat row's result."""
-
 OWN_KEYS: frozenset[str] = frozenset(
     {
         "task_index",
@@ -270,6 +249,9 @@ OWN_KEYS: frozenset[str] = frozenset(
 COMPUTED_KEYS: frozenset[str] = frozenset({"masked", "degraded", "reward_is_verdict", "from_nemo_gym"})
 """The contract keys a reader derives and never saves; on a row NeMo Gym wrote, a key of one of these
 names is its dataset's. `masked` and `degraded` are computed afresh on every row."""
+
+CONTRACT_KEYS: frozenset[str] = OWN_KEYS | COMPUTED_KEYS
+"""The row contract's own keys (`gym_failures.rows`): never part of a flat row's result."""
 
 _SAVED_NAMES: tuple[str, ...] = tuple(sorted(SAVED_AS.values()))
 
