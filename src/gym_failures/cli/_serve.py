@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -251,18 +252,8 @@ def _run_serve(arguments: argparse.Namespace) -> int:
             await super().shutdown(sockets=sockets)
             write_verdict()
 
-    import signal
-
-    def terminated(signum: int, frame: Any) -> None:
-        # A SIGTERM before uvicorn takes the signal over (the socket above already accepts
-        # connections), or the one uvicorn raises again after its shutdown: the verdict is written,
-        # then the signal ends the process as it would have.
-        write_verdict()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.raise_signal(signal.SIGTERM)
-
     if arguments.verdict_file is not None:
-        signal.signal(signal.SIGTERM, terminated)
+        _write_on_sigterm(write_verdict)
     with contextlib.ExitStack() as running:
         running.callback(listening.close)
         running.callback(write_verdict)
@@ -280,6 +271,20 @@ def _run_serve(arguments: argparse.Namespace) -> int:
         server = Server(config)
         server.run(sockets=[listening])
     return EXIT_OK
+
+
+def _write_on_sigterm(write_verdict: Callable[[], None]) -> None:
+    """A SIGTERM before uvicorn takes the signal over (the socket is bound, and accepts connections,
+    before uvicorn serves it), or the one uvicorn raises again after its shutdown, writes the verdict
+    and then ends the process as it would have."""
+    import signal
+
+    def terminated(signum: int, frame: Any) -> None:
+        write_verdict()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, terminated)
 
 
 def _write_verdict(endpoint: Any, path: Path) -> None:
