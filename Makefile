@@ -36,7 +36,7 @@ $(NG_STAMP): tests/nemo_gym_peer/requirements.txt pyproject.toml
 
 nemo-gym: $(NG_STAMP)
 
-# Only the tests where the real NeMo Gym 0.7.0 does its part (`make test` runs them too).
+# The tests where the real NeMo Gym 0.7.0 does its part (tests/nemo_gym_peer), installing it first.
 nemo-gym-test: $(STAMP) $(NG_STAMP)
 	$(BIN)/pytest tests/nemo_gym_peer
 
@@ -58,8 +58,10 @@ chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 	  || (echo "chromium is missing and could not be installed (apt-get install chromium)" >&2; exit 1)
 
-unit: $(STAMP) $(NG_STAMP) chromium
-	$(BIN)/pytest
+# The NeMo Gym peer tests have their own target (`make nemo-gym-test`, which `.ci/run` runs after
+# `make test`): with them `make test` took past the five minutes issue 19 set as the bound for keeping them in.
+unit: $(STAMP) chromium
+	$(BIN)/pytest --ignore=tests/nemo_gym_peer
 
 # The API reference site, built from the docstrings; --strict fails on any broken reference.
 docs: $(STAMP)
