@@ -1005,10 +1005,14 @@ class Collector:
         clock, bound = self.clock, self.config.wait_ready_s
         started = clock.monotonic()
         connect_s = min(self.config.timeout_s, 10.0)
+        # The probes are counted too: the wait ends after the probes `bound` has room for, whatever
+        # the clock says (a test's clock, or a clock that stalls, cannot keep it probing for ever).
+        probes_left = math.ceil(bound / READY_PROBE_INTERVAL_S) + 1
         try:
             while not await accepts_connections(self.config.agent_url, connect_s):
                 waited = clock.monotonic() - started
-                if waited >= bound:
+                probes_left -= 1
+                if waited >= bound or probes_left <= 0:
                     return False  # said once, by the run's end (`AgentDown`)
                 self.progress.agent_wait_s = waited
                 self._progress()
