@@ -520,7 +520,7 @@ def test_tasks_are_numbered_on_lines_as_text_mode_splits_them(
 ) -> None:
     """NeMo Gym reads its input in text mode (universal newlines): `\\n`, `\\r\\n` and a lone `\\r`
     end a line, each read as `\\n`; an unterminated last line is a text of its own."""
-    content = b"".join(task + end for task, end in zip(tasks, ends, strict=False))
+    content = b"".join(task + end for task, end in zip(tasks, ends[: len(tasks)], strict=True))
     content = content[: -len(ends[len(tasks) - 1])] + last if tasks else content
     source = tmp_path_factory.mktemp("m") / "tasks.jsonl"
     source.write_bytes(content)
