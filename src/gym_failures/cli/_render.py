@@ -7,7 +7,6 @@ interpreted), cleaned by `gym_failures.cli._text.clean` (no terminal control cha
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from gym_failures.cli._app import plural, skipped_text
+from gym_failures.cli._app import plural
 from gym_failures.cli._text import clean as _clean
 from gym_failures.failure_kinds import FailureClass
 
@@ -334,57 +333,38 @@ def explanation_tree(explanation: RowExplanation) -> Tree:
 
 
 def print_verdict(verdict: GateVerdict) -> None:
-    """The coverage table, the outcomes by kind and the verdict with its reasons."""
+    """The coverage table, the lines below it, the outcomes by kind and the verdict with its reasons;
+    the table's cells are `gym_failures.gate.coverage_rows`', as the HTML report's are."""
+    from gym_failures.gate import (
+        COVERAGE_COLUMNS,
+        coverage_note,
+        coverage_remarks,
+        coverage_rows,
+        outcomes_by_kind,
+    )
+
     coverage = verdict.coverage
     table = Table(title="Coverage", title_justify="left")
-    table.add_column("")
-    table.add_column("rollouts", justify="right")
-    table.add_column("share", justify="right")
-
-    def add(name: str, count: int, style: str = "") -> None:
-        table.add_row(Text(name, style=style), str(count), f"{coverage.share(count):.1%}")
-
-    add("expected", coverage.expected)
-    add("scored", coverage.scored, style="green")
-    add("  of which degraded", coverage.degraded)
-    add("masked", coverage.masked)
-    for cls in FailureClass:
-        add(f"failed, {cls.value}", coverage.failed[cls.value], style=_CLASS_STYLES[cls.value])
-    add("gate-derived, model", coverage.gate_derived["model"], style="blue")
-    add("gate-derived, evaluation", coverage.gate_derived["evaluation"], style="red")
-    add("gate-derived, unknown", coverage.gate_derived["unknown"], style="yellow")
-    if coverage.unscored:
-        add("unscored (no verdict)", coverage.unscored)
-    add("missing", coverage.missing)
-    if coverage.left_no_row:
-        add("  of which left no row", coverage.left_no_row)
-    if coverage.unexpected:
-        add("unexpected", coverage.unexpected)
+    table.add_column(COVERAGE_COLUMNS[0])
+    for name in COVERAGE_COLUMNS[1:]:
+        table.add_column(name, justify="right")
+    for row in coverage_rows(coverage):
+        label, count, share = row.cells
+        style = "green" if row.key == "scored" else _CLASS_STYLES.get(row.failure_class or "", "")
+        table.add_row(Text(("  " if row.part else "") + label, style=style), count, share)
     console = stdout()
     console.print(table)
-    if coverage.expected_source in ("manifest", "materialized_inputs"):
-        console.print(cell(f"expected from {', '.join(coverage.manifests)}", style="dim"))
-    if coverage.missing_rollouts:
-        shown = ", ".join(coverage.missing_rollouts)
-        more = coverage.missing - len(coverage.missing_rollouts)
-        console.print(
-            cell(f"missing rollouts: {shown}" + (f" and {more} more" if more > 0 else ""), style="dim")
-        )
-    if coverage.degraded_by_kind:
-        degraded = ", ".join(f"{kind} {count}" for kind, count in coverage.degraded_by_kind.items())
-        console.print(cell(f"degraded (scored, a failure kind named): {degraded}", style="dim"))
-    kinds = Counter(coverage.failed_by_kind) + Counter(coverage.gate_derived_by_kind)
+    for remark in coverage_remarks(coverage):
+        console.print(cell(remark, style="dim"))
+    kinds = outcomes_by_kind(coverage)
     if kinds:
         by_kind = Table(title="Outcomes by kind", title_justify="left")
         by_kind.add_column("kind")
         by_kind.add_column("rollouts", justify="right")
-        for kind, count in sorted(kinds.items(), key=lambda item: (-item[1], item[0])):
-            by_kind.add_row(cell(kind), str(count))
+        for kind, rollouts in kinds:
+            by_kind.add_row(cell(kind), str(rollouts))
         console.print(by_kind)
-    notes = [f"{plural(coverage.retried_attempts, 'retried attempt')} (not outcomes)"]
-    if coverage.invalid_lines or coverage.torn_tails or coverage.other_rows:
-        notes.append(skipped_text(coverage.invalid_lines, coverage.torn_tails, coverage.other_rows))
-    console.print(Text("; ".join(notes), style="dim"))
+    console.print(Text(coverage_note(coverage), style="dim"))
     console.print(Text(coverage.line, style="bold"))
     if verdict.passed:
         console.print(Text("PASSED", style="bold green"))

@@ -9,7 +9,9 @@ module, each with its part of the contract in its docstring:
   derive a gate class from them (`DEFAULT_RULES`, in precedence order, and why that order);
 - `_coverage`: what the rows cover, each rollout counted once (`Coverage`, `rollout_coverage`,
   `read_coverage`), and where `expected` comes from;
-- `_verdict`: the coverage against `GateThresholds` (`check`, `GateVerdict`).
+- `_verdict`: the coverage against `GateThresholds` (`check`, `GateVerdict`);
+- `_table`: the coverage table as data (`coverage_rows`, `COVERAGE_COLUMNS` and the lines around
+  it), which `gym-failures gate` and the HTML report only draw.
 
 A row is read, never trusted: a value of the wrong type (a list where a string belongs, a number for
 a mapping) is no evidence, and no row makes the gate raise.
@@ -30,23 +32,41 @@ from gym_failures.gate._answers import (
     truncated_answer,
 )
 from gym_failures.gate._coverage import Coverage, gate_kind_class, read_coverage, rollout_coverage
+from gym_failures.gate._table import (
+    COVERAGE_COLUMNS,
+    CoverageRow,
+    coverage_cells,
+    coverage_note,
+    coverage_remarks,
+    coverage_rows,
+    outcomes_by_kind,
+    skipped_text,
+)
 from gym_failures.gate._verdict import GateThresholds, GateVerdict, check
 
 __all__ = [
+    "COVERAGE_COLUMNS",
     "DEFAULT_RULES",
     "Coverage",
+    "CoverageRow",
     "GateRule",
     "GateThresholds",
     "GateVerdict",
     "check",
+    "coverage_cells",
+    "coverage_note",
+    "coverage_remarks",
+    "coverage_rows",
     "derive_gate_kind",
     "empty_answer",
     "gate_kind_class",
     "grading_without_verdict",
     "has_verdict",
     "malformed_answer",
+    "outcomes_by_kind",
     "output_text",
     "read_coverage",
     "rollout_coverage",
+    "skipped_text",
     "truncated_answer",
 ]

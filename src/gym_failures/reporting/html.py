@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from gym_failures.failure_kinds import reporting_failure_kind
 
 if TYPE_CHECKING:  # only annotations need them: rendering a summary does not load duckdb
-    from gym_failures.gate import Coverage, GateVerdict
+    from gym_failures.gate import GateVerdict
     from gym_failures.reporting.explain import EventNode, RowExplanation
     from gym_failures.reporting.summary import GroupCount, Summary
 
@@ -183,86 +183,41 @@ def _group_table(title: str, groups: Sequence[GroupCount]) -> str:
     return heading + _table((title, "failure rows", "final", "share"), rows, frozenset({1, 2, 3}))
 
 
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def _verdict_section(verdict: GateVerdict) -> str:
-    coverage = verdict.coverage
-    rows: list[tuple[str, int, str]] = [("expected", coverage.expected, "")]
-    rows.append(("scored", coverage.scored, _percent(coverage.share(coverage.scored))))
-    rows.append(("of which degraded", coverage.degraded, _percent(coverage.share(coverage.degraded))))
-    rows.append(("masked", coverage.masked, _percent(coverage.share(coverage.masked))))
-    for name in _CLASS_ORDER:
-        for label, counts in (("failed", coverage.failed), ("gate-derived", coverage.gate_derived)):
-            count = counts.get(name, 0)
-            if count or name != "unknown":
-                rows.append((f"{label}, {name}", count, _percent(coverage.share(count))))
-    if coverage.unscored:
-        rows.append(("unscored (no verdict)", coverage.unscored, _percent(coverage.share(coverage.unscored))))
-    rows.append(("missing", coverage.missing, _percent(coverage.share(coverage.missing))))
-    if coverage.left_no_row:
-        rows.append(
-            ("of which left no row", coverage.left_no_row, _percent(coverage.share(coverage.left_no_row)))
-        )
-    if coverage.unexpected:
-        rows.append(("unexpected", coverage.unexpected, ""))
-    sub = frozenset(
-        index for index, row in enumerate(rows) if row[0] in ("of which degraded", "of which left no row")
+    """The verdict, its reasons and warnings, and the coverage table with the lines around it, the
+    table's cells `gym_failures.gate.coverage_rows`', as `gym-failures gate` prints them."""
+    from gym_failures.gate import (
+        COVERAGE_COLUMNS,
+        coverage_note,
+        coverage_remarks,
+        coverage_rows,
+        outcomes_by_kind,
     )
+
+    coverage = verdict.coverage
+    rows = coverage_rows(coverage)
+    sub = frozenset(index for index, row in enumerate(rows) if row.part)
     state = '<span class="passed">PASSED</span>' if verdict.passed else '<span class="failed">FAILED</span>'
     reasons = "".join(f"<li>{escape(reason)}</li>" for reason in verdict.reasons)
     warnings = "".join(f"<li>{escape(warning)}</li>" for warning in verdict.warnings)
+    remarks = "".join(
+        f'<p class="dim">{escape(_sentence(remark))}</p>' for remark in coverage_remarks(coverage)
+    )
+    kinds = outcomes_by_kind(coverage)
     return (
         "<h2>Acceptance gate</h2>"
         f"<p>{state} · {escape(coverage.line)}</p>"
         + (f"<ul>{reasons}</ul>" if reasons else "")
         + (f'<p class="dim">Warnings:</p><ul class="dim">{warnings}</ul>' if warnings else "")
-        + _table(("rollouts", "count", "share"), rows, frozenset({1, 2}), sub=sub)
-        + (
-            f'<p class="dim">Missing rollouts: {escape(", ".join(coverage.missing_rollouts))}'
-            + (
-                f" and {coverage.missing - len(coverage.missing_rollouts)} more"
-                if coverage.missing > len(coverage.missing_rollouts)
-                else ""
-            )
-            + "</p>"
-            if coverage.missing_rollouts
-            else ""
-        )
-        + _outcome_kinds(coverage)
+        + _table(COVERAGE_COLUMNS, [row.cells for row in rows], frozenset({1, 2}), sub=sub)
+        + remarks
+        + ("<h3>Outcomes by kind</h3>" + _table(("kind", "rollouts"), kinds, frozenset({1})) if kinds else "")
+        + f'<p class="dim">{escape(_sentence(coverage_note(coverage)))}</p>'
     )
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
-def _outcome_kinds(coverage: Coverage) -> str:
-    """What `gym-failures gate` prints below its table: degraded results by kind, the outcomes by
-    kind (final failures and gate-derived alike), retried attempts and skipped lines."""
-    from collections import Counter
-
-    parts = []
-    if coverage.degraded_by_kind:
-        degraded = ", ".join(f"{kind} {count}" for kind, count in coverage.degraded_by_kind.items())
-        parts.append(f'<p class="dim">Degraded (scored, a failure kind named): {escape(degraded)}</p>')
-    kinds = Counter(coverage.failed_by_kind) + Counter(coverage.gate_derived_by_kind)
-    if kinds:
-        rows = sorted(((_label(kind), count) for kind, count in kinds.items()), key=lambda r: (-r[1], r[0]))
-        parts.append("<h3>Outcomes by kind</h3>" + _table(("kind", "rollouts"), rows, frozenset({1})))
-    notes = [_plural(coverage.retried_attempts, "retried attempt") + " (not outcomes)"]
-    skipped = [_plural(coverage.invalid_lines, "invalid line")] if coverage.invalid_lines else []
-    if coverage.torn_tails:
-        # As `gym-failures gate` words it: a file has one last line.
-        torn = coverage.torn_tails
-        skipped.append("a torn last line" if torn == 1 else f"the torn last lines of {torn} files")
-    if coverage.other_rows:
-        skipped.append(_plural(coverage.other_rows, "other row"))
-    if skipped:
-        notes.append(
-            f"{', '.join(skipped[:-1])} and {skipped[-1]} skipped"
-            if len(skipped) > 1
-            else f"{skipped[0]} skipped"
-        )
-    parts.append(f'<p class="dim">{escape("; ".join(notes))}</p>')
-    return "".join(parts)
 
 
 def _event_item(node: EventNode, prefix: str) -> str:
