@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from gym_failures.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
-from gym_failures.cli._app import program
-from gym_failures.cli._commands import GATE_DEFAULTS
+from gym_failures.cli._gate import GATE_DEFAULTS
+from gym_failures.cli._shell import program
 from gym_failures.gate import GateThresholds
 from gym_failures.rows import row_files
 from tests.cli.invoke import run_cli
@@ -384,7 +384,7 @@ def test_the_demo_without_its_extra_says_which_and_exits_2(tmp_path: Path, modul
 def test_the_top_level_help_words_the_exit_statuses_as_the_readme_does() -> None:
     import re
 
-    from gym_failures.cli._app import EXIT_STATUS_HELP
+    from gym_failures.cli._exits import EXIT_STATUS_HELP
 
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     table = readme[readme.index("| Status | Meaning |") :].split("\n\n")[0].splitlines()[2:]

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from gym_failures.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from gym_failures.cli._commands import longest_chain, next_steps
+from gym_failures.cli._demo import next_steps
+from gym_failures.reporting.explain import longest_chain
 from gym_failures.rows import row_files
 from tests.cli.invoke import run_cli
 from tests.processes import free_port

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from gym_failures.cli._render import print_verdict
+from gym_failures.cli._tables import print_verdict
 from gym_failures.gate import (
     COVERAGE_COLUMNS,
     Coverage,

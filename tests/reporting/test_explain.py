@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gym_failures.cli import main
-from gym_failures.cli._render import MAX_SHOWN_DEPTH
+from gym_failures.cli._tree import MAX_SHOWN_DEPTH
 from gym_failures.failure_records import FailureEvent
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import new_event_id

@@ -21,8 +21,8 @@ from xml.etree import ElementTree
 import pytest
 
 from gym_failures import gate as acceptance
-from gym_failures.cli._commands import longest_chain
 from gym_failures.failures import AgentFailure, ModelFailure, ResourcesServerFailure
+from gym_failures.reporting.explain import longest_chain
 from gym_failures.reporting.html import render_html
 from gym_failures.reporting.summary import Summary, summarize
 from tests.saved_rows import (

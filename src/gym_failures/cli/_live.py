@@ -20,7 +20,8 @@ from typing import TextIO
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from gym_failures.cli._render import stderr
+from gym_failures.cli._console import stderr
+from gym_failures.cli._exits import CommandError
 from gym_failures.telemetry import CollectionProgress
 
 __all__ = ["PLAIN_INTERVAL_S", "counts_text", "live_collection", "metrics_endpoint"]
@@ -137,7 +138,6 @@ def metrics_endpoint(port: int, service_name: str, host: str = "0.0.0.0") -> Ite
     (`require_extra`)."""
     import errno
 
-    from gym_failures.cli._app import CommandError
     from gym_failures.telemetry import MetricsUnavailable, serve_metrics
 
     try:

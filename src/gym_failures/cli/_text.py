@@ -1,4 +1,5 @@
-"""Text from the rows made safe for a terminal, and the outputs that need no rich: JSON, stderr lines.
+"""Text from the rows made safe for a terminal, and the outputs that need no rich: JSON, stderr lines
+and warnings, and the words a count is said in (`plural`).
 
 A value from a row (a kind, a reason, an id) is data: the terminal control characters in it (C0 but
 tab and newline, DEL, C1) are stripped, so an escape sequence saved in a reason cannot reach the
@@ -13,7 +14,7 @@ from __future__ import annotations
 import re
 import sys
 
-__all__ = ["clean", "print_json", "stderr_line"]
+__all__ = ["clean", "plural", "print_json", "stderr_line", "warn"]
 
 # Terminal control characters: C0 but tab and newline, DEL, and C1.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -37,3 +38,13 @@ def print_json(text: str) -> None:
 def stderr_line(text: str) -> None:
     """A warning or a message on stderr, control characters stripped."""
     print(clean(text), file=sys.stderr)
+
+
+def warn(message: str) -> None:
+    """`warning: <message>` on stderr, as the commands' own warnings are spelled."""
+    stderr_line(f"warning: {message}")
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """`1 line`, `2 lines`: a count and its noun, agreeing (`nouns` when the plural is not `noun` + s)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {nouns or noun + 's'}"

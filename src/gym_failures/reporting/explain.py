@@ -14,7 +14,9 @@ Rows are found by line (`line_row`: 1-based, counting every line of the file, bl
 included, as editors and `grep -n` count them) or by rollout (`rollout_rows`). A rollout row has a
 `result` (a success) or a `failure`; a row with neither (a record a tool wrote beside the rollouts, such
 as the demo's injected faults) is no outcome of any rollout: `rollout_rows` skips it, as the gate does,
-and `line_row` says what it is (`outcome` `"other"`) rather than calling it a success.
+and `line_row` says what it is (`outcome` `"other"`) rather than calling it a success. The failed
+attempt with the longest cause chain of a run (`longest_chain`) is the one the demo and the HTML
+report show.
 
 A NeMo Gym collector keeps no headers, so a row it wrote for a failed `/run` call holds no report;
 it keeps the reply's body (`_ng_failure_response_body`, at most 2000 characters). When that body is
@@ -44,7 +46,15 @@ from gym_failures.failures import safe_text
 from gym_failures.nemo_gym import FAILURE_RESPONSE_BODY, degraded_kind, reported_failure
 from gym_failures.rows import is_not_persisted, is_rollout_row, normalized, parse_line
 
-__all__ = ["MAX_TREE_DEPTH", "EventNode", "RowExplanation", "explain_row", "line_row", "rollout_rows"]
+__all__ = [
+    "MAX_TREE_DEPTH",
+    "EventNode",
+    "RowExplanation",
+    "explain_row",
+    "line_row",
+    "longest_chain",
+    "rollout_rows",
+]
 
 
 class EventNode(BaseModel):
@@ -286,3 +296,30 @@ def rollout_rows(paths: Iterable[Path], rollout_id: str) -> list[RowExplanation]
                 continue
             found.append(explain_row(row, str(path), number))
     return sorted(found, key=lambda item: (item.attempt or 0, item.outcome == "success"))
+
+
+def longest_chain(files: Iterable[Path]) -> RowExplanation | None:
+    """The failed attempt with the longest cause chain in `files`, a final one on a tie, the first
+    one on a further tie; None when no row has a failure event. A row NeMo Gym wrote without a report
+    whose kept reply body is gym-failures' error body (`nemo_gym.reported_failure`) has a chain of one,
+    the failure that body names."""
+    best: tuple[int, bool, int, int] | None = None
+    where: tuple[Path, int] | None = None
+    for order, path in enumerate(files):
+        with path.open("rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                if b'"failure"' not in line and b"_ng_failure_class" not in line:
+                    continue
+                row, _ = parse_line(line)
+                if row is None:
+                    continue
+                report = FailureReportRow.report(row)
+                depth, event_id = 0, report.failure_id
+                while event_id is not None and event_id in report.events and depth <= len(report.events):
+                    depth, event_id = depth + 1, report.events[event_id].cause_id
+                if not depth and reported_failure(row.get(FAILURE_RESPONSE_BODY)) is not None:
+                    depth = 1
+                key = (depth, row.get("final") is True, -order, -number)
+                if depth and (best is None or key > best):
+                    best, where = key, (path, number)
+    return None if where is None else line_row(*where)

@@ -1,0 +1,209 @@
+"""The tables the commands print on a terminal, with rich: a summary's (`print_summary`), the gate's
+verdict (`print_verdict`, drawing the coverage table `gym_failures.gate.coverage_rows` computes for
+the HTML report too) and a collection's figures (`print_collection`).
+
+Every value from the rows reaches rich as a cleaned `Text` (`gym_failures.cli._console.cell`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gym_failures.cli._console import cell, stdout
+from gym_failures.cli._text import clean as _clean
+from gym_failures.cli._text import plural
+from gym_failures.failure_kinds import FailureClass
+
+if TYPE_CHECKING:  # annotations only: printing a verdict never loads duckdb
+    from gym_failures.gate import GateVerdict
+    from gym_failures.reporting.summary import GroupCount, Summary
+
+__all__ = ["print_collection", "print_summary", "print_verdict"]
+
+_CLASS_STYLES = {"model": "blue", "evaluation": "red", "unknown": "yellow"}
+
+
+# --- summarize ---------------------------------------------------------------------------------
+
+
+def _group_table(title: str, groups: Sequence[GroupCount]) -> Table | Text:
+    from gym_failures.reporting.summary import nothing_to_show
+
+    if nothing_to_show(groups):
+        return Text(f"Failures by {title}: no failure row names its {title}.")
+    table = Table(title=f"Failures by {title}", title_justify="left")
+    table.add_column(title, overflow="fold")
+    for name in ("failure rows", "final", "share"):
+        table.add_column(name, justify="right")
+    for group in groups:
+        table.add_row(cell(group.value), str(group.count), str(group.final), f"{group.share:.1%}")
+    return table
+
+
+def _print_totals(console: Console, summary: Summary) -> None:
+    """The summary's first lines: its row counts, and the rollouts the materialized inputs owe."""
+    console.print(
+        Text(
+            f"{plural(summary.rows, 'row')}: {plural(summary.success_rows, 'success row')} "
+            f"({summary.recovered_success_rows} recovered from failures, {summary.masked_success_rows} "
+            f"masked, {summary.degraded_success_rows} degraded), "
+            f"{plural(summary.failure_rows, 'failure row')} ({summary.final_failure_rows} final), "
+            f"{plural(summary.other_rows, 'other line')}"
+        )
+    )
+    if summary.expected_rollouts is not None:
+        sources = ", ".join([*summary.materialized_inputs, *summary.manifests])
+        owed = "in the materialized inputs" if not summary.manifests else "expected"
+        no_row = (
+            f", {summary.missing_rollouts} left no row at all" if summary.missing_rollouts is not None else ""
+        )
+        console.print(
+            cell(
+                f"{plural(summary.expected_rollouts, 'rollout')} {owed}{no_row} ({sources})",
+                style="yellow" if summary.missing_rollouts else "",
+            )
+        )
+
+
+def print_summary(summary: Summary) -> None:
+    """`summary` as tables: the totals, then failures by class, kind, boundary, stage, status and attempt."""
+    console = stdout()
+    _print_totals(console, summary)
+    for torn in summary.torn_tails:
+        console.print(cell(f"{torn.path}: torn last line ({torn.bytes} bytes) skipped", style="yellow"))
+    if not summary.failure_rows:
+        console.print(Text("No failure rows: nothing to group."))
+        return
+    classes = Table(title="Failures by class", title_justify="left")
+    kinds = Table(title="Failures by kind", title_justify="left")
+    kinds.add_column("kind", overflow="fold")
+    for table in (classes, kinds):
+        table.add_column("class")
+        for name in ("failure rows", "final", "share"):
+            table.add_column(name, justify="right")
+    for group in summary.by_class:
+        name = _clean(group.value)
+        classes.add_row(
+            Text(name, style=_CLASS_STYLES.get(name, "")),
+            str(group.count),
+            str(group.final),
+            f"{group.share:.1%}",
+        )
+    for kind in summary.by_kind:
+        kinds.add_row(
+            cell(kind.value),
+            cell(kind.failure_class, style=_CLASS_STYLES.get(kind.failure_class, "")),
+            str(kind.count),
+            str(kind.final),
+            f"{kind.share:.1%}",
+        )
+    console.print(classes, kinds)
+    if summary.by_reported_kind:
+        console.print(_group_table("kind the reply's body names", summary.by_reported_kind))
+    for title, groups in (
+        ("boundary", summary.by_boundary),
+        ("stage", summary.by_stage),
+        ("HTTP status", summary.by_http_status),
+    ):
+        console.print(_group_table(title, groups))
+    attempts = Table(title="Failures by attempt", title_justify="left")
+    attempts.add_column("attempt", justify="right")
+    for name in ("failure rows", "final", *(cls.value for cls in FailureClass)):
+        attempts.add_column(name, justify="right")
+    for item in summary.by_attempt:
+        attempts.add_row(
+            str(item.attempt),
+            str(item.count),
+            str(item.final),
+            *(str(item.by_class.get(cls.value, 0)) for cls in FailureClass),
+        )
+    reasons = Table(title="Most common reasons", title_justify="left")
+    reasons.add_column("count", justify="right")
+    reasons.add_column("kind")
+    reasons.add_column("reason", overflow="fold")
+    for reason in summary.top_reasons:
+        reasons.add_row(str(reason.count), cell(reason.kind), cell(reason.reason))
+    console.print(attempts, reasons if summary.top_reasons else Text("No failure row gives a reason."))
+    if summary.quota_resets:
+        resets = Table(title="Quota reset times", title_justify="left")
+        resets.add_column("resets at")
+        resets.add_column("quota events", justify="right")
+        for reset in summary.quota_resets:
+            resets.add_row(cell(reset.resets_at), str(reset.events))
+        console.print(resets)
+
+
+# --- gate --------------------------------------------------------------------------------------
+
+
+def print_verdict(verdict: GateVerdict) -> None:
+    """The coverage table, the lines below it, the outcomes by kind and the verdict with its reasons;
+    the table's cells are `gym_failures.gate.coverage_rows`', as the HTML report's are."""
+    from gym_failures.gate import (
+        COVERAGE_COLUMNS,
+        coverage_note,
+        coverage_remarks,
+        coverage_rows,
+        outcomes_by_kind,
+    )
+
+    coverage = verdict.coverage
+    table = Table(title="Coverage", title_justify="left")
+    table.add_column(COVERAGE_COLUMNS[0])
+    for name in COVERAGE_COLUMNS[1:]:
+        table.add_column(name, justify="right")
+    for row in coverage_rows(coverage):
+        label, count, share = row.cells
+        style = "green" if row.key == "scored" else _CLASS_STYLES.get(row.failure_class or "", "")
+        table.add_row(Text(("  " if row.part else "") + label, style=style), count, share)
+    console = stdout()
+    console.print(table)
+    for remark in coverage_remarks(coverage):
+        console.print(cell(remark, style="dim"))
+    kinds = outcomes_by_kind(coverage)
+    if kinds:
+        by_kind = Table(title="Outcomes by kind", title_justify="left")
+        by_kind.add_column("kind")
+        by_kind.add_column("rollouts", justify="right")
+        for kind, rollouts in kinds:
+            by_kind.add_row(cell(kind), str(rollouts))
+        console.print(by_kind)
+    console.print(Text(coverage_note(coverage), style="dim"))
+    console.print(Text(coverage.line, style="bold"))
+    if verdict.passed:
+        console.print(Text("PASSED", style="bold green"))
+    else:
+        console.print(Text("FAILED", style="bold red"))
+        for reason in verdict.reasons:
+            console.print(Text(f"  - {reason}", style="red"))
+
+
+# --- collect -----------------------------------------------------------------------------------
+
+
+# The figures whose key alone would mislead: "dispatch errors 0" beside attempts that were all refused.
+_COLLECTION_LABELS = {
+    "dispatch_errors": "collector faults (collection_dispatch_failed)",
+    "succeeded": "succeeded (scored, masked or gate-derived)",
+    "of_which_degraded": "  of which degraded",
+    "gate_derived": "gate-derived",
+}
+
+
+def print_collection(figures: dict[str, Any], output: Path, failures_path: Path) -> None:
+    """A collection run's figures, and where its rows are."""
+    table = Table(title="Collection", title_justify="left")
+    table.add_column("")
+    table.add_column("count", justify="right")
+    for key, value in figures.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{name} {count}" for name, count in value.items()) or "0"
+        table.add_row(cell(_COLLECTION_LABELS.get(key, key.replace("_", " "))), cell(value))
+    stdout().print(table)
+    stdout().print(Text(f"rows in {output}, failures in {failures_path}", style="dim"))
