@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import pickle
@@ -167,19 +168,48 @@ def test_run_demo_refuses_a_bad_option_before_writing_anything(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
-        (["--rollouts", "0"], "--rollouts: Input should be greater than or equal to 1"),
+        (["--rollouts", "0"], "argument --rollouts: 0 is below the minimum 1 (see `"),
         (["--model-name", "m"], "an external policy needs both --model-base-url and --model-name"),
-        (["--stream", "sometimes"], "--stream: Input should be 'auto', 'always' or 'never'"),
+        (["--stream", "sometimes"], "argument --stream: invalid choice: 'sometimes'"),
     ],
 )
 def test_the_command_line_shows_a_refused_option_as_one_usage_line(
     tmp_path: Path, argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exited:
-        demo_main(["--out", str(tmp_path / "runs"), *argv])
-    assert exited.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1] == f"python -m gym_failures.demo: error: {line}"
+    """`python -m gym_failures.demo` is `gym-failures demo`: its errors are that command's."""
+    assert demo_main(["--out", str(tmp_path / "runs"), *argv]) == 2
+    (error,) = capsys.readouterr().err.splitlines()
+    assert error.startswith(f"gym-failures demo: error: {line}")
     assert not (tmp_path / "runs").exists()
+
+
+def test_python_m_gym_failures_demo_is_gym_failures_demo_with_its_one_help_text() -> None:
+    """One parser, one help text: the module runs the command line's `demo`."""
+    helps = [
+        subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=60, check=True).stdout
+        for command in (
+            [sys.executable, "-m", "gym_failures.demo"],
+            [sys.executable, "-m", "gym_failures.cli", "demo"],
+        )
+    ]
+    assert helps[0] == helps[1]
+    assert helps[0].startswith("usage: gym-failures demo ")
+
+
+def test_the_demo_commands_help_shows_the_defaults_of_demo_options() -> None:
+    """`gym-failures demo --help` names the defaults without importing the demo; they are
+    `DemoOptions`' own."""
+    from gym_failures.cli._app import build_parser
+
+    parser = build_parser()
+    (commands,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    demo = commands.choices["demo"]
+    defaults = DemoOptions().model_dump()
+    by_flag = {flag: field for field, flag in DemoOptions.FLAGS.items()}
+    flags = [action for action in demo._actions if action.option_strings and action.dest != "help"]
+    assert sorted(action.option_strings[0] for action in flags) == sorted(by_flag)
+    for action in flags:
+        assert action.default == defaults[by_flag[action.option_strings[0]]], action.option_strings
 
 
 def test_python_m_gym_failures_demo_shows_no_validation_dump(tmp_path: Path) -> None:
@@ -193,7 +223,7 @@ def test_python_m_gym_failures_demo_shows_no_validation_dump(tmp_path: Path) -> 
     )
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == (
-        f"python -m gym_failures.demo: error: --fault-plan: {plan} is not a fault plan: "
+        f"gym-failures demo: error: --fault-plan: {plan} is not a fault plan: "
         "limits: slow_response_s must exceed policy_timeout_s"
     )
     assert "validation error" not in done.stderr

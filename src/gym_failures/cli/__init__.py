@@ -32,7 +32,8 @@ below: the imports among them form no cycle, those inside functions included):
 - `_live`: what a long run shows and serves while it runs (its progress, `/metrics`).
 - one module per command, its options and its run: `_summarize`, `_explain`, `_gate`, `_collect`
   (with `_collect_options`, its options, and `_collect_outcome`, what it says at the end and its
-  exit status), `_demo`, `_serve` (`serve model`), `_verdict`.
+  exit status), `_demo` (which `python -m gym_failures.demo` runs too: one parser, one help text),
+  `_serve` (`serve model`), `_verdict`.
 - `_app`: the parser of every command (`COMMANDS`, in `--help`'s order) and `main`, the entry point.
 
 A new command is one more module with an `add_<name>(commands)` and its entry in `COMMANDS`.

@@ -1,9 +1,19 @@
-"""`gym-failures demo`: start the local demo gym with injected faults, collect its rollouts, then
-print the summary, the gate's verdict and the cause tree of the failed attempt with the longest
-cause chain, write `report.html`, and say what to run next.
+"""`gym-failures demo`, which `python -m gym_failures.demo` runs too: start the local demo gym with
+injected faults, collect its rollouts, then print the summary, the gate's verdict and the cause
+tree of the failed attempt with the longest cause chain, write `report.html`, and say what to run
+next.
 
-The next steps name the program as it was run (`gym_failures.cli._shell.program`), each to paste as
-printed.
+Decisions:
+
+- One parser, one help text, one output: `python -m gym_failures.demo` is this command (its
+  `__main__` runs `gym-failures demo` with its arguments), so the two cannot drift apart. The
+  options' defaults are `gym_failures.demo.DemoOptions`' (a test keeps the help's equal to them);
+  they are repeated here because building the parser must not import the demo (pydantic, its
+  servers' modules).
+- An option a type here cannot refuse (a model URL with secrets, a fault plan that is not one) is
+  refused by `DemoOptions`, as one line naming its flag, never the URL.
+- The next steps name the program as it was run (`gym_failures.cli._shell.program`), each to paste
+  as printed; line numbers are 1-based.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """A small local gym with fault injection: three servers, a fault plan, and a launcher that collects.
 
-    python -m gym_failures.demo                    # about 200 rollouts at concurrency 16
-    python -m gym_failures.demo --rollouts 40 --fault-plan my_plan.json --seed 7
+    gym-failures demo                    # about 200 rollouts at concurrency 16
+    gym-failures demo --rollouts 40 --fault-plan my_plan.json --seed 7
+    python -m gym_failures.demo          # the same command, its same options and output
 
 `run_demo` is the one entry point. Its options are the fields of `DemoOptions`, which holds their
 defaults and validates them once (a refused one is a `DemoOptionsError`, a `ValueError` with a
-one-line message); both command lines only turn flags into them. It starts three servers, each its
+one-line message); the command line (`gym-failures demo`, which `python -m gym_failures.demo` runs
+too) only turns its flags into them. It starts three servers, each its
 own process on a free loopback port and each wrapped in `FailureReportMiddleware`:
 
 - the model server (`gym_failures.demo.model_server`): an OpenAI Responses-compatible
@@ -30,7 +32,7 @@ A real model instead of the scripted policy: any endpoint that serves the OpenAI
                                                                # (no user info or query: refused)
     export GYM_DEMO_MODEL_NAME=gpt-4.1-mini
     export GYM_DEMO_MODEL_API_KEY=...                          # else OPENAI_API_KEY; never a flag
-    python -m gym_failures.demo                                # or --model-base-url / --model-name
+    gym-failures demo                                          # or --model-base-url / --model-name
 
 The agent then sends the policy's calls there (model faults are injected only by the scripted model
 server, which still serves as the judge). The key is passed to the agent's environment only (the

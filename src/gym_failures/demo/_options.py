@@ -1,9 +1,9 @@
 """The demo's options: every setting of a run, its default, and the one check each gets.
 
-`run_demo` validates its arguments here before it writes anything; `python -m gym_failures.demo`
-and `gym-failures demo` only turn their flags into these fields. A refused value is a
+`run_demo` validates its arguments here before it writes anything; `gym-failures demo` (which
+`python -m gym_failures.demo` runs too) only turns its flags into these fields. A refused value is a
 `DemoOptionsError` whose message is one line and names the option by its command-line flag
-(`DemoOptions.FLAGS`), the form both command lines show their users.
+(`DemoOptions.FLAGS`), the form the command line shows its users.
 """
 
 from __future__ import annotations
