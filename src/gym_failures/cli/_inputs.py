@@ -1,6 +1,17 @@
 """What the reading commands read: the row files their paths name (`row_inputs`), each once, a run's
 failures with its successes; and the checks that refuse a path before any work (`require_file`,
 `writable_file`), naming it.
+
+Decisions:
+
+- A directory argument stands for its row files (`gym_failures.rows.row_files`): the files its
+  manifests name, never its tasks or injected faults. An input that names no file, or whose files
+  hold no rollout row, is an error (exit status 2), never an empty table with exit status 0.
+- A run's success rows named alone (`out.jsonl` beside its manifest) bring the run's failures
+  (`out_failures.jsonl`), with a line on stderr: a run's rows without its failures count its final
+  failures as missing. Not the other way round: the failures alone are what a user asks for when
+  naming them (unless the run's materialized inputs sit beside them, which would count each success
+  as a rollout that left no row). Every input is read once, however often it is named.
 """
 
 from __future__ import annotations
