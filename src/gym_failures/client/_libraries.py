@@ -15,11 +15,13 @@ from typing import Any, Literal, NamedTuple
 
 from gym_failures.failures import NgFailureEvent
 
-__all__ = ["Delivery", "HttpLibrary", "Reply", "TransportRule", "library_of", "reply_library"]
+__all__ = ["HttpDelivery", "HttpLibrary", "Reply", "TransportRule", "library_of", "reply_library"]
 
-Delivery = Literal["not_sent", "unknown", "answered"]
-"""What a transport error says of the request: never sent, maybe delivered, or answered unreadably."""
-"""Whether a request that failed without a reply can have reached the peer (`HttpDetails.delivery`)."""
+HttpDelivery = Literal["not_sent", "unknown", "answered"]
+"""Whether a request can have reached the peer, as the caller saw it (`HttpDetails.delivery`'s values):
+never sent, maybe delivered (it broke after it may have been sent), or answered (a reply came, perhaps
+one it could not read). Not the per-attempt record's `gym_failures.rollout_failure.Delivery`
+(`not_sent`, `possibly_delivered`, `delivered`), which `rollout_failure.delivery_of` maps it to."""
 
 
 class Reply(NamedTuple):
@@ -36,7 +38,7 @@ class TransportRule(NamedTuple):
 
     types: type[BaseException] | tuple[type[BaseException], ...]
     kind: str
-    delivery: Delivery
+    delivery: HttpDelivery
     when: Callable[[BaseException], bool] | None = None
     """A further test of the error, for a type that also means something else (aiohttp raises
     `ClientResponseError` both for an error status and for a reply it could not parse)."""

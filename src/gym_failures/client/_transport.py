@@ -11,7 +11,7 @@ import contextlib
 import errno
 from collections.abc import Iterator
 
-from gym_failures.client._libraries import Delivery, TransportRule, library_of
+from gym_failures.client._libraries import HttpDelivery, TransportRule, library_of
 from gym_failures.failure_kinds import (
     TRANSPORT_LOCAL_RESOURCE,
     TRANSPORT_PEER_DROP,
@@ -39,7 +39,7 @@ BUILTIN_TRANSPORT_ERRORS = (
 )
 
 
-def transport_kind(error: BaseException) -> tuple[str, Delivery] | None:
+def transport_kind(error: BaseException) -> tuple[str, HttpDelivery] | None:
     """(kind, delivery) for a transport error, or None for anything else."""
     if isinstance(error, OSError) and error.errno in LOCAL_RESOURCE_ERRNOS:
         return TRANSPORT_LOCAL_RESOURCE, "not_sent"
