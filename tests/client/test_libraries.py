@@ -3,16 +3,20 @@ transport row names."""
 
 from __future__ import annotations
 
+import ast
 import typing
+from pathlib import Path
 
 import aiohttp
 import httpx
 import httpx2
 import pytest
 
-from gym_failures.client._libraries import HttpDelivery, library_of, reply_library
+from gym_failures.client import _reply
+from gym_failures.client._libraries import MODULE_BY_LIBRARY, HttpDelivery, library_of, reply_library
 from gym_failures.failures import HttpDetails
 from gym_failures.rollout_failure import Delivery, delivery_of
+from tests.client.servers import CLIENTS
 
 
 class ResponseOfOurOwn(httpx.Response):
@@ -64,3 +68,24 @@ def test_an_object_of_no_library_has_none(obj: object) -> None:
 def test_what_is_not_a_reply_is_refused(obj: object) -> None:
     with pytest.raises(TypeError, match="not an aiohttp, httpx or httpx2 response"):
         reply_library(obj)
+
+
+def test_the_reply_type_and_the_tests_clients_name_every_supported_library() -> None:
+    """A library added to `MODULE_BY_LIBRARY` is one `_reply.Response` (a type-checking alias, read
+    here from the source) and the tests' `client` fixture (`CLIENTS`) cover too."""
+    source = ast.parse(Path(_reply.__file__).read_text(encoding="utf-8"))
+    (alias,) = (
+        node.value
+        for node in ast.walk(source)
+        if isinstance(node, ast.Assign) and [ast.unparse(target) for target in node.targets] == ["Response"]
+    )
+    in_alias = {ast.unparse(member).partition(".")[0] for member in _union_members(alias)}
+
+    assert in_alias == set(MODULE_BY_LIBRARY)
+    assert set(CLIENTS) == set(MODULE_BY_LIBRARY)
+
+
+def _union_members(node: ast.expr) -> list[ast.expr]:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return [*_union_members(node.left), *_union_members(node.right)]
+    return [node]

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import aiohttp
 import httpx
+import httpx2
 import pytest
 
 from gym_failures.client import map_transport_errors
@@ -50,6 +51,10 @@ ORIGINAL_ERRORS: dict[tuple[ClientName, str], type[Exception]] = {
     ("httpx", "timeout"): httpx.ReadTimeout,
     ("aiohttp", "dns"): aiohttp.ClientConnectorError,
     ("httpx", "dns"): httpx.ConnectError,
+    ("httpx2", "refused"): httpx2.ConnectError,
+    ("httpx2", "drop"): httpx2.RemoteProtocolError,
+    ("httpx2", "timeout"): httpx2.ReadTimeout,
+    ("httpx2", "dns"): httpx2.ConnectError,
 }
 
 

@@ -15,7 +15,15 @@ from typing import Any, Literal, NamedTuple
 
 from gym_failures.failures import NgFailureEvent
 
-__all__ = ["HttpDelivery", "HttpLibrary", "Reply", "TransportRule", "library_of", "reply_library"]
+__all__ = [
+    "MODULE_BY_LIBRARY",
+    "HttpDelivery",
+    "HttpLibrary",
+    "Reply",
+    "TransportRule",
+    "library_of",
+    "reply_library",
+]
 
 HttpDelivery = Literal["not_sent", "unknown", "answered"]
 """Whether a request can have reached the peer, as the caller saw it (`HttpDetails.delivery`'s values):
@@ -61,12 +69,14 @@ class HttpLibrary:
     """The library's transport errors, most specific first: the first row that matches wins."""
 
 
-_MODULE_BY_LIBRARY = {
+MODULE_BY_LIBRARY: Mapping[str, str] = {
     "aiohttp": "gym_failures.client._aiohttp",
     "httpx": "gym_failures.client._httpx",
     # A separate package with httpx's API, which current OpenAI and Anthropic SDKs are built on.
     "httpx2": "gym_failures.client._httpx2",
 }
+"""Every HTTP library the client helpers support, by its top-level package, and its module here. A
+library added here is added to `_reply.Response` and to the tests' clients (`tests/client/servers.py`)."""
 
 
 def library_of(obj: object) -> HttpLibrary | None:
@@ -75,7 +85,7 @@ def library_of(obj: object) -> HttpLibrary | None:
     The whole class hierarchy is searched, so a subclass defined outside the library is still its own.
     """
     for cls in type(obj).__mro__:
-        module = _MODULE_BY_LIBRARY.get(cls.__module__.partition(".")[0])
+        module = MODULE_BY_LIBRARY.get(cls.__module__.partition(".")[0])
         if module is not None:
             return _loaded(module)
     return None
