@@ -55,13 +55,13 @@ def library_for(
             body = b""
         return reply(response), body
 
+    # `NetworkError` after `ConnectError`, its subclass: a read, write or close that failed on a
+    # connection made is a drop (`ReadError`, `WriteError`, `CloseError` and the base itself).
     transport_errors = (
         TransportRule((module.ConnectTimeout, module.PoolTimeout), TRANSPORT_TIMEOUT, "not_sent"),
         TransportRule(module.TimeoutException, TRANSPORT_TIMEOUT, "unknown"),
         TransportRule(module.ConnectError, TRANSPORT_UNREACHABLE, "not_sent"),
-        TransportRule(
-            (module.RemoteProtocolError, module.ReadError, module.WriteError), TRANSPORT_PEER_DROP, "unknown"
-        ),
+        TransportRule((module.RemoteProtocolError, module.NetworkError), TRANSPORT_PEER_DROP, "unknown"),
     )
     return HttpLibrary(
         response_type=module.Response,
