@@ -14,15 +14,17 @@ errors of a narrower one. As httpx keeps a test that every httpcore exception is
 - the official SDKs (openai, anthropic): no row is theirs. Their connection errors are read by the
   transport error under them (`sdk_failure` walks the cause), checked here for every mapped httpx2
   class; every other SDK error is a reply or the caller's own error. Their exported classes and their
-  `_exceptions` module are walked, not every module: the SDKs have 2,000 to 3,200 modules (8-10 s to
+  `_exceptions` module are walked, not every module: the SDKs have 2,000 to 3,200 modules (seconds to
   import each), whose other errors are the helpers' (tools, agents, credentials) and API errors
   subclassing `APIStatusError`, a reply, as `test_no_sdk_error_is_a_transport_row_of_its_own` checks
   for those walked.
 - not walked: requests, which the client helpers do not support (`library_of` does not know it; its
-  errors are no builtin `ConnectionError` or `TimeoutError`, so no row takes them); httpcore and
+  errors are plain OSErrors, no builtin `ConnectionError` or `TimeoutError`, so only the errno row can
+  take one); httpcore and
   httpcore2, whose errors httpx and httpx2 translate into their own (`map_httpcore_exceptions`)
-  before a caller sees them, each raised `from` the socket error under it, which `sdk_failure` reads
-  when one slips through untranslated.
+  before a caller sees them. One that slips through untranslated is unmapped by
+  `map_transport_errors`; `sdk_failure` reads the socket error it was raised `from`, when there is one
+  (httpcore's timeouts and read and write errors are).
 
 A class is checked on a bare instance (`cls.__new__(cls)`: no errno, no cause), so only its class
 speaks; the two rows that read an instance further (`LOCAL_RESOURCE_RULE` by errno, aiohttp's
