@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.client.servers import ClientName, gym_app, serving
+from tests.client.servers import CLIENTS, ClientName, gym_app, serving
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +15,7 @@ def base_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["aiohttp", "httpx"])
+@pytest.fixture(params=CLIENTS)
 def client(request: pytest.FixtureRequest) -> ClientName:
     name: ClientName = request.param
     return name

@@ -1,4 +1,5 @@
-"""A real uvicorn server for the caller-side tests, and real aiohttp and httpx clients to call it with."""
+"""A real uvicorn server for the caller-side tests, and a real client of each HTTP library the
+package supports (aiohttp, httpx, httpx2) to call it with."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Literal
+from types import ModuleType
+from typing import Any, Literal, get_args
 
 import aiohttp
 import httpx
+import httpx2
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -25,15 +28,19 @@ from gym_failures.failure_transport import observe_failure
 from gym_failures.failures import ModelFailure, SandboxFailure
 from tests.processes import free_port
 
-ClientName = Literal["aiohttp", "httpx"]
-AnyResponse = aiohttp.ClientResponse | httpx.Response
+ClientName = Literal["aiohttp", "httpx", "httpx2"]
+"""Every HTTP library `gym_failures.client` reads replies and errors of (`client._libraries`)."""
+CLIENTS: tuple[ClientName, ...] = get_args(ClientName)
+AnyResponse = aiohttp.ClientResponse | httpx.Response | httpx2.Response
+HTTPX_SHAPED: dict[ClientName, ModuleType] = {"httpx": httpx, "httpx2": httpx2}
+"""The libraries with httpx's API, by name: a test written once for httpx runs on each."""
 
 OBSERVED_ID = "observed-attempt-1"
 FAILURE_ID = "model-failure-1"
 CAUSE_ID = "sandbox-cause-1"
 QUERY_SECRET = "Qs8QuerySecretValue"
 BODY_SECRET = "sk-bodysecret0123456789"
-# One TLS context for every httpx client: loading the CA bundle per client costs about 0.1 s a test.
+# One TLS context for every httpx and httpx2 client: loading the CA bundle per client costs 0.1 s a test.
 TLS = ssl.create_default_context()
 LONG_BODY = f"upstream failed: Authorization: Bearer {BODY_SECRET}\n" + "detail " * 1000
 
@@ -127,6 +134,7 @@ async def get(
         async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url, **kwargs) as reply:
             yield reply
     else:
-        timeouts = httpx.Timeout(10.0, read=read_timeout)
-        async with httpx.AsyncClient(timeout=timeouts, verify=TLS) as http:
+        module = HTTPX_SHAPED[client]
+        timeouts = module.Timeout(10.0, read=read_timeout)
+        async with module.AsyncClient(timeout=timeouts, verify=TLS) as http:
             yield await http.get(url, **kwargs)

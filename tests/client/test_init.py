@@ -7,6 +7,7 @@ import sys
 
 import aiohttp
 import httpx
+import httpx2
 import pytest
 
 import gym_failures.client
@@ -22,7 +23,14 @@ def run_fresh(code: str) -> str:
     return done.stdout.strip()
 
 
-HTTP_MODULES = ("aiohttp", "httpx", "gym_failures.client._aiohttp", "gym_failures.client._httpx")
+HTTP_MODULES = (
+    "aiohttp",
+    "httpx",
+    "httpx2",
+    "gym_failures.client._aiohttp",
+    "gym_failures.client._httpx",
+    "gym_failures.client._httpx2",
+)
 
 
 def http_modules_loaded_by(code: str) -> list[str]:
@@ -31,7 +39,7 @@ def http_modules_loaded_by(code: str) -> list[str]:
     return [name for name in run_fresh(f"{code}\n{report}").split(",") if name]
 
 
-def test_importing_the_package_imports_neither_aiohttp_nor_httpx() -> None:
+def test_importing_the_package_imports_no_http_library() -> None:
     assert http_modules_loaded_by("import gym_failures.client") == []
 
 
@@ -44,6 +52,30 @@ def test_an_httpx_reply_loads_httpx_s_module_and_not_aiohttp() -> None:
     )
 
     assert http_modules_loaded_by(code) == ["httpx", "gym_failures.client._httpx"]
+
+
+def test_an_httpx2_reply_and_error_need_neither_httpx_nor_aiohttp() -> None:
+    """The official SDKs bring httpx2 alone: with httpx and aiohttp not installed, an httpx2 reply is
+    read and an httpx2 transport error mapped."""
+    code = (
+        "import asyncio, sys\n"
+        "sys.modules['aiohttp'] = sys.modules['httpx'] = None\n"
+        "import httpx2\n"
+        "from gym_failures.client import map_transport_errors, raise_boundary_failure\n"
+        "reply = httpx2.Response(200, request=httpx2.Request('GET', 'http://model.test/'))\n"
+        "asyncio.run(raise_boundary_failure(reply))\n"
+        "try:\n"
+        "    with map_transport_errors('model'):\n"
+        "        raise httpx2.ConnectError('refused')\n"
+        "except Exception as error:\n"
+        "    print(error.failure_kind, error.http_details.delivery)\n"
+        "print(','.join(m for m in sys.modules if m.startswith('gym_failures.client._')))"
+    )
+
+    kind, loaded = run_fresh(code).splitlines()
+    assert kind == "transport_unreachable not_sent"
+    assert "gym_failures.client._httpx2" in loaded.split(",")
+    assert "gym_failures.client._httpx" not in loaded.split(",")
 
 
 def test_star_import_works_without_either_library_installed() -> None:
@@ -76,6 +108,7 @@ def test_the_library_error_types_are_the_libraries_own() -> None:
 
     assert issubclass(GymClientResponseError, aiohttp.ClientResponseError)
     assert issubclass(GymHTTPStatusError, httpx.HTTPStatusError)
+    assert issubclass(gym_failures.client.GymHttpx2StatusError, httpx2.HTTPStatusError)
 
 
 def test_the_library_error_types_keep_their_public_type_names() -> None:
@@ -84,11 +117,16 @@ def test_the_library_error_types_keep_their_public_type_names() -> None:
 
     assert exception_type_name(GymClientResponseError) == "gym_failures.client.GymClientResponseError"
     assert exception_type_name(GymHTTPStatusError) == "gym_failures.client.GymHTTPStatusError"
+    assert (
+        exception_type_name(gym_failures.client.GymHttpx2StatusError)
+        == "gym_failures.client.GymHttpx2StatusError"
+    )
 
 
 def test_the_library_error_types_stay_out_of_all() -> None:
     assert "GymClientResponseError" not in gym_failures.client.__all__
     assert "GymHTTPStatusError" not in gym_failures.client.__all__
+    assert "GymHttpx2StatusError" not in gym_failures.client.__all__
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:

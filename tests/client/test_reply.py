@@ -1,5 +1,5 @@
 """Tests for reading a reply (`raise_boundary_failure`, `raise_for_status`) from a real server, with
-real aiohttp and httpx clients."""
+a real client of each supported library (aiohttp, httpx, httpx2)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+import httpx2
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -30,6 +31,7 @@ from tests.client.servers import (
     BODY_SECRET,
     CAUSE_ID,
     FAILURE_ID,
+    HTTPX_SHAPED,
     LONG_BODY,
     OBSERVED_ID,
     QUERY_SECRET,
@@ -42,6 +44,7 @@ from tests.client.servers import (
 STATUS_ERRORS: dict[ClientName, type[Exception]] = {
     "aiohttp": aiohttp.ClientResponseError,
     "httpx": httpx.HTTPStatusError,
+    "httpx2": httpx2.HTTPStatusError,
 }
 
 
@@ -264,10 +267,11 @@ async def test_an_endless_failed_body_is_read_only_up_to_the_bound(client: Clien
                     await raise_for_status(reply, boundary="model")
             content = from_aiohttp.value.content  # type: ignore[attr-defined]
         else:
-            async with httpx.AsyncClient() as http, http.stream("GET", url) as response:
-                with pytest.raises(httpx.HTTPStatusError) as from_httpx:
+            module = HTTPX_SHAPED[client]
+            async with module.AsyncClient() as http, http.stream("GET", url) as response:
+                with pytest.raises(module.HTTPStatusError) as from_httpx:
                     await raise_for_status(response, boundary="model")
-            content = from_httpx.value.content  # type: ignore[attr-defined]
+            content = from_httpx.value.content
     assert 0 < len(content) <= 64 * 1024
 
 
@@ -295,8 +299,9 @@ async def test_a_small_failed_body_stays_readable_after_raise_for_status(client:
                         await raise_for_status(reply, boundary="model")
                     assert await reply.read() == b'{"error": "quota exceeded"}'
             else:
-                async with httpx.AsyncClient() as http, http.stream("GET", url + path) as response:
-                    with pytest.raises(httpx.HTTPStatusError):
+                module = HTTPX_SHAPED[client]
+                async with module.AsyncClient() as http, http.stream("GET", url + path) as response:
+                    with pytest.raises(module.HTTPStatusError):
                         await raise_for_status(response, boundary="model")
                     assert await response.aread() == b'{"error": "quota exceeded"}'
 

@@ -25,7 +25,7 @@ from gym_failures.failure_kinds import AGENT_REQUEST_FAILED, INFRASTRUCTURE_ERRO
 from gym_failures.failure_records import FailureBoundary, FailureReport
 from gym_failures.failure_transport import FailureHeader, RequestFailureLog
 from gym_failures.failures import AgentFailure, ModelFailure, NgFailureEvent
-from tests.client.servers import CAUSE_ID, FAILURE_ID, QUERY_SECRET, TLS, serving
+from tests.client.servers import CAUSE_ID, FAILURE_ID, HTTPX_SHAPED, QUERY_SECRET, TLS, ClientName, serving
 
 SECRET_HEADER = "Bearer sk-requestsecret0123456789"
 
@@ -58,10 +58,12 @@ async def test_aiohttps_own_status_error_gives_the_upstream_failure_with_its_ids
     assert set(log.report.events) == {FAILURE_ID, CAUSE_ID}
 
 
-async def test_an_httpx_status_error_keeps_the_body_it_read(base_url: str) -> None:
-    async with httpx.AsyncClient(verify=TLS) as http:
+@pytest.mark.parametrize("library", sorted(HTTPX_SHAPED))
+async def test_an_httpx_status_error_keeps_the_body_it_read(library: ClientName, base_url: str) -> None:
+    module = HTTPX_SHAPED[library]
+    async with module.AsyncClient(verify=TLS) as http:
         response = await http.get(f"{base_url}/fail")
-    with pytest.raises(httpx.HTTPStatusError) as raised:
+    with pytest.raises(module.HTTPStatusError) as raised:
         response.raise_for_status()
     failure = status_error_failure(raised.value)
     assert failure is not None

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import aiohttp
 import httpx
+import httpx2
 import pytest
 
 from gym_failures.client import map_transport_errors
@@ -50,6 +51,10 @@ ORIGINAL_ERRORS: dict[tuple[ClientName, str], type[Exception]] = {
     ("httpx", "timeout"): httpx.ReadTimeout,
     ("aiohttp", "dns"): aiohttp.ClientConnectorError,
     ("httpx", "dns"): httpx.ConnectError,
+    ("httpx2", "refused"): httpx2.ConnectError,
+    ("httpx2", "drop"): httpx2.RemoteProtocolError,
+    ("httpx2", "timeout"): httpx2.ReadTimeout,
+    ("httpx2", "dns"): httpx2.ConnectError,
 }
 
 
@@ -119,9 +124,16 @@ class ReadTimeoutOfOurOwn(httpx.ReadTimeout):
         (httpx.ConnectError("refused"), TRANSPORT_UNREACHABLE, "not_sent"),
         (httpx.RemoteProtocolError("closed"), TRANSPORT_PEER_DROP, "unknown"),
         (httpx.WriteError("broken"), TRANSPORT_PEER_DROP, "unknown"),
+        (httpx.CloseError("close"), TRANSPORT_PEER_DROP, "unknown"),
+        (httpx.NetworkError("network"), TRANSPORT_PEER_DROP, "unknown"),
+        (httpx2.ConnectTimeout("connect"), TRANSPORT_TIMEOUT, "not_sent"),
+        (httpx2.ReadTimeout("read"), TRANSPORT_TIMEOUT, "unknown"),
+        (httpx2.ConnectError("refused"), TRANSPORT_UNREACHABLE, "not_sent"),
+        (httpx2.ReadError("reset"), TRANSPORT_PEER_DROP, "unknown"),
         (aiohttp.ConnectionTimeoutError(), TRANSPORT_TIMEOUT, "not_sent"),
         (aiohttp.ServerTimeoutError(), TRANSPORT_TIMEOUT, "unknown"),
         (aiohttp.ServerDisconnectedError(), TRANSPORT_PEER_DROP, "unknown"),
+        (aiohttp.ServerFingerprintMismatch(b"pin", b"got", "h", 443), TRANSPORT_UNREACHABLE, "not_sent"),
         (aiohttp.ClientOSError(), TRANSPORT_PEER_DROP, "unknown"),
         (TimeoutError(), TRANSPORT_TIMEOUT, "unknown"),
         (ConnectionRefusedError(), TRANSPORT_UNREACHABLE, "not_sent"),
@@ -153,7 +165,11 @@ def test_the_reason_names_the_errno_not_the_error_text() -> None:
     [
         httpx.LocalProtocolError("bad header"),
         httpx.UnsupportedProtocol("ftp"),
+        httpx.ProxyError("407 from the proxy"),
+        httpx2.LocalProtocolError("bad header"),
+        httpx2.DecodingError("not gzip"),
         aiohttp.ClientError(),
+        aiohttp.ClientConnectionError("Connector is closed."),
         OSError(),
     ],
     ids=lambda error: type(error).__name__,

@@ -40,6 +40,7 @@ Where things live::
     client/_aiohttp.py    aiohttp: reply facts, bounded body read, GymClientResponseError, its errors
     client/_httpx.py      httpx: reply facts, bounded body read, GymHTTPStatusError, its errors
     client/_httpx2.py     httpx2 (the OpenAI and Anthropic SDKs' httpx), read as httpx is
+    client/_httpx_api.py  library_for: httpx's API read for httpx and httpx2 alike, importing neither
     client/_sdk.py        the official SDKs: observe_attempts, sdk_failure, observed_failure
     client/_stream.py     stream_failure: a failed or cut stream as the failure to raise
 """

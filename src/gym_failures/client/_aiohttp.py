@@ -80,8 +80,6 @@ def _status_error_reply(error: BaseException) -> tuple[Reply, bytes] | None:
     return Reply(error.status, headers, str(getattr(info, "method", "")), str(url)), body
 
 
-# A connector error whose errno says this host ran out of descriptors or ports is caught before this
-# table, by errno, whichever library raised it (`ClientConnectorError.errno` is its `os_error`'s).
 def _unreadable_reply(error: BaseException) -> bool:
     """An error status carries no parse error; a reply aiohttp could not parse does (a header line over
     its 8190-byte limit, a malformed status line): the peer answered outside the protocol, and the same
@@ -89,11 +87,17 @@ def _unreadable_reply(error: BaseException) -> bool:
     return isinstance(error.__cause__, aiohttp.http_exceptions.HttpProcessingError)
 
 
+# A connector error whose errno says this host ran out of descriptors or ports is caught before this
+# table, by errno, whichever library raised it (`ClientConnectorError.errno` is its `os_error`'s).
+# A pinned certificate fingerprint that does not match is checked once connected, before the request
+# is sent: refused as aiohttp's own certificate errors (`ClientConnectorCertificateError`) are.
 TRANSPORT_ERRORS = (
     TransportRule(
         aiohttp.ClientResponseError, ENVIRONMENT_PROTOCOL_VIOLATION, "answered", when=_unreadable_reply
     ),
-    TransportRule(aiohttp.ClientConnectorError, TRANSPORT_UNREACHABLE, "not_sent"),
+    TransportRule(
+        (aiohttp.ClientConnectorError, aiohttp.ServerFingerprintMismatch), TRANSPORT_UNREACHABLE, "not_sent"
+    ),
     TransportRule(aiohttp.ConnectionTimeoutError, TRANSPORT_TIMEOUT, "not_sent"),
     TransportRule(aiohttp.ServerTimeoutError, TRANSPORT_TIMEOUT, "unknown"),
     TransportRule(

@@ -2,13 +2,14 @@
 
 httpx2 is a package separate from httpx with the same API; current releases of the official OpenAI
 and Anthropic SDKs are built on it, so their responses, errors and `DefaultHttpxClient` are httpx2's.
+It is read as httpx is (`_httpx_api.library_for`), without importing httpx: the SDKs bring httpx2 alone.
 """
 
 from __future__ import annotations
 
 import httpx2
 
-from gym_failures.client._httpx import library_for
+from gym_failures.client._httpx_api import library_for
 from gym_failures.failures import NgFailureEvent
 
 __all__ = ["LIBRARY", "GymHttpx2StatusError"]

@@ -15,11 +15,21 @@ from typing import Any, Literal, NamedTuple
 
 from gym_failures.failures import NgFailureEvent
 
-__all__ = ["Delivery", "HttpLibrary", "Reply", "TransportRule", "library_of", "reply_library"]
+__all__ = [
+    "MODULE_BY_LIBRARY",
+    "HttpDelivery",
+    "HttpLibrary",
+    "Reply",
+    "TransportRule",
+    "library_of",
+    "reply_library",
+]
 
-Delivery = Literal["not_sent", "unknown", "answered"]
-"""What a transport error says of the request: never sent, maybe delivered, or answered unreadably."""
-"""Whether a request that failed without a reply can have reached the peer (`HttpDetails.delivery`)."""
+HttpDelivery = Literal["not_sent", "unknown", "answered"]
+"""Whether a request can have reached the peer, as the caller saw it (`HttpDetails.delivery`'s values):
+never sent, maybe delivered (it broke after it may have been sent), or answered (a reply came, perhaps
+one it could not read). Not the per-attempt record's `gym_failures.rollout_failure.Delivery`
+(`not_sent`, `possibly_delivered`, `delivered`), which `rollout_failure.delivery_of` maps it to."""
 
 
 class Reply(NamedTuple):
@@ -36,7 +46,7 @@ class TransportRule(NamedTuple):
 
     types: type[BaseException] | tuple[type[BaseException], ...]
     kind: str
-    delivery: Delivery
+    delivery: HttpDelivery
     when: Callable[[BaseException], bool] | None = None
     """A further test of the error, for a type that also means something else (aiohttp raises
     `ClientResponseError` both for an error status and for a reply it could not parse)."""
@@ -59,12 +69,14 @@ class HttpLibrary:
     """The library's transport errors, most specific first: the first row that matches wins."""
 
 
-_MODULE_BY_LIBRARY = {
+MODULE_BY_LIBRARY: Mapping[str, str] = {
     "aiohttp": "gym_failures.client._aiohttp",
     "httpx": "gym_failures.client._httpx",
     # A separate package with httpx's API, which current OpenAI and Anthropic SDKs are built on.
     "httpx2": "gym_failures.client._httpx2",
 }
+"""Every HTTP library the client helpers support, by its top-level package, and its module here. A
+library added here is added to `_reply.Response` and to the tests' clients (`tests/client/servers.py`)."""
 
 
 def library_of(obj: object) -> HttpLibrary | None:
@@ -73,7 +85,7 @@ def library_of(obj: object) -> HttpLibrary | None:
     The whole class hierarchy is searched, so a subclass defined outside the library is still its own.
     """
     for cls in type(obj).__mro__:
-        module = _MODULE_BY_LIBRARY.get(cls.__module__.partition(".")[0])
+        module = MODULE_BY_LIBRARY.get(cls.__module__.partition(".")[0])
         if module is not None:
             return _loaded(module)
     return None

@@ -44,8 +44,10 @@ from gym_failures.telemetry import record_remote_failure
 if TYPE_CHECKING:
     import aiohttp
     import httpx
+    import httpx2
 
-    Response = aiohttp.ClientResponse | httpx.Response
+    Response = aiohttp.ClientResponse | httpx.Response | httpx2.Response
+    """A reply of each library the helpers read (`_libraries.MODULE_BY_LIBRARY`), as `reply_library` takes."""
 
 __all__ = [
     "DEFAULT_KIND_BY_BOUNDARY",
