@@ -23,12 +23,13 @@ from gym_failures.collection import (
     JsonlScan,
     RowWriter,
     TaskScan,
+    _dispatcher,
+    _replies,
     collect,
     read_rows,
     read_tasks,
     repair_torn_tail,
 )
-from gym_failures.collection import _run as collection_run
 from gym_failures.failure_kinds import (
     AGENT_RUN_ERROR,
     COLLECTION_DISPATCH_FAILED,
@@ -342,7 +343,7 @@ async def test_an_unexpected_error_in_one_rollout_is_recorded_and_the_others_go_
     tmp_path: Path, agent_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # No real reply makes the collector fail unexpectedly; inject one fault into its reading.
-    real = collection_run.read_episode_response
+    real = _replies.read_episode_response
     calls = 0
 
     def fails_once(body: bytes, url: str) -> Any:
@@ -352,7 +353,7 @@ async def test_an_unexpected_error_in_one_rollout_is_recorded_and_the_others_go_
             raise RuntimeError("text that must not be saved")
         return real(body, url)
 
-    monkeypatch.setattr(collection_run, "read_episode_response", fails_once)
+    monkeypatch.setattr(_dispatcher, "read_episode_response", fails_once)
     tasks = [{"mode": "ok"}, {"mode": "ok"}, {"mode": "ok"}]
     config = _config(tmp_path, agent_url, tasks, max_attempts=1, concurrency=3)
     summary = await collect(config)

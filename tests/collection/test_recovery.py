@@ -31,8 +31,7 @@ from pydantic import ValidationError
 from gym_failures.cli import _live as live
 from gym_failures.cli._live import counts_text
 from gym_failures.collection import AgentDown, CollectionConfig, collect, read_rows
-from gym_failures.collection._pacing import Backoff
-from gym_failures.collection._run import READY_PROBE_INTERVAL_S, TRANSPORT_RUN
+from gym_failures.collection._pacing import READY_PROBE_INTERVAL_S, TRANSPORT_RUN, Backoff
 from gym_failures.failure_kinds import TRANSPORT_UNREACHABLE
 from gym_failures.telemetry import CollectionProgress
 from tests.processes import free_port, stop, wait_listening

@@ -37,7 +37,22 @@ from gym_failures.failure_kinds import PROVIDER_QUOTA_EXHAUSTED, quota_reset_uni
 from gym_failures.failure_records import EpisodeFailure, FailureReport
 from gym_failures.failures import NgFailureEvent, retry_hint_s
 
-__all__ = ["Backoff", "Clock", "RealClock", "WaitFrom", "accepts_connections", "retry_hint"]
+__all__ = [
+    "READY_PROBE_INTERVAL_S",
+    "TRANSPORT_RUN",
+    "Backoff",
+    "Clock",
+    "RealClock",
+    "WaitFrom",
+    "accepts_connections",
+    "retry_hint",
+]
+
+TRANSPORT_RUN = 3
+"""Attempts in a row, across rollouts, failed by the collector with the same transport kind: dispatch
+pauses and probes the agent (`wait_ready_s`) before the next."""
+READY_PROBE_INTERVAL_S = 0.5
+"""Between two readiness probes (NeMo Gym's own client waits 0.5 s between connection retries)."""
 
 WaitFrom = Literal["backoff", "retry_after"]
 """Where a retry's wait came from: the collector's backoff, or the failure's own hint."""
