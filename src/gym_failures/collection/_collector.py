@@ -19,15 +19,16 @@ the rollouts not yet final kept.
 
 An error while saving a row (a full disk) is not an attempt's outcome: it ends the run and is raised
 to the caller; the other workers are cancelled, and the attempts they had in flight have no row and
-are dispatched again, under the same attempt numbers, on resume (as after a kill).
+are dispatched again, under the same attempt numbers, on resume (as after a kill). So does a fault
+of the readiness probe (`_watch_agent`): while it probes, dispatch is paused, so a probe that died
+unseen would hold the run for ever.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from gym_failures.collection._attempt_row import AttemptFunction, AttemptRow
@@ -38,12 +39,12 @@ from gym_failures.collection._lock import exclusive
 from gym_failures.collection._manifest import check_manifest, write_manifest
 from gym_failures.collection._nemo_gym_protocol import NemoGymDispatcher
 from gym_failures.collection._pacing import (
-    READY_PROBE_INTERVAL_S,
     TRANSPORT_RUN,
     Backoff,
     Clock,
     RealClock,
     accepts_connections,
+    wait_ready,
 )
 from gym_failures.collection._protocols import NEMO_GYM_PROTOCOL
 from gym_failures.collection._resume import PendingRollout, pending_rollouts
@@ -139,7 +140,7 @@ class Collector:
             ]
             watcher = asyncio.create_task(self._watch_agent(schedule)) if watching else None
             try:
-                await asyncio.gather(*tasks)
+                await self._until_done(tasks, watcher)
             finally:
                 schedule.cancel()
                 for task in (*tasks, *([watcher] if watcher else [])):
@@ -160,6 +161,17 @@ class Collector:
                 ),
             )
 
+    @staticmethod
+    async def _until_done(workers: list[asyncio.Task[None]], watcher: asyncio.Task[None] | None) -> None:
+        """Wait for the workers, raising the first error of theirs, or of the watcher's (its probe, its
+        clock): dispatch would stay paused for ever otherwise, the workers waiting on the watcher."""
+        waiting: set[asyncio.Task[None]] = {*workers, *([watcher] if watcher is not None else [])}
+        while not all(worker.done() for worker in workers):
+            done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if not task.cancelled() and (error := task.exception()) is not None:
+                    raise error
+
     async def _watch_agent(self, schedule: Schedule) -> None:
         """Whenever dispatch is paused (at the start, after a run of transport failures), probe the
         agent until it accepts a connection, then resume; past `wait_ready_s`, stop the run."""
@@ -171,24 +183,20 @@ class Collector:
             await schedule.resume(await self._agent_up())
 
     async def _agent_up(self) -> bool:
-        """Whether the agent accepts a connection within `wait_ready_s` (probed every
-        `READY_PROBE_INTERVAL_S`); the wait shows in `progress.agent_wait_s`."""
-        clock, bound = self.clock, self.config.wait_ready_s
-        started = clock.monotonic()
+        """Whether the agent accepts a connection within `wait_ready_s` (`wait_ready`: probed every
+        `READY_PROBE_INTERVAL_S`, up to the deadline); the wait shows in `progress.agent_wait_s`. A
+        no is said once, by the run's end (`AgentDown`)."""
         connect_s = min(self.config.timeout_s, 10.0)
-        # The probes are counted too: the wait ends after the probes `bound` has room for, whatever
-        # the clock says (a test's clock, or a clock that stalls, cannot keep it probing for ever).
-        probes_left = math.ceil(bound / READY_PROBE_INTERVAL_S) + 1
+
+        def probe() -> Awaitable[bool]:
+            return accepts_connections(self.config.agent_url, connect_s)
+
+        def waiting(waited: float) -> None:
+            self.progress.agent_wait_s = waited
+            self._progress()
+
         try:
-            while not await accepts_connections(self.config.agent_url, connect_s):
-                waited = clock.monotonic() - started
-                probes_left -= 1
-                if waited >= bound or probes_left <= 0:
-                    return False  # said once, by the run's end (`AgentDown`)
-                self.progress.agent_wait_s = waited
-                self._progress()
-                await clock.sleep(min(READY_PROBE_INTERVAL_S, bound - waited))
-            return True
+            return await wait_ready(probe, self.clock, self.config.wait_ready_s, waiting)
         finally:
             if self.progress.agent_wait_s is not None:
                 self.progress.agent_wait_s = None
