@@ -339,6 +339,22 @@ async def test_a_reply_aiohttp_cannot_read_is_a_retryable_protocol_violation(tmp
     assert b"qqqq" not in config.failures_path.read_bytes(), "the reply's bytes are never saved"
 
 
+async def test_a_resume_counts_the_lines_that_are_not_rows_in_both_files_once(
+    tmp_path: Path, agent_url: str
+) -> None:
+    # They were counted once per rollout reopened or closed by an earlier final row, from the failures
+    # file alone: none at all on a resume with no such rollout.
+    config = _config(tmp_path, agent_url, [{"mode": "ok"}, {"mode": "ok"}])
+    await collect(config)
+    for path in (config.output_path, config.failures_path):
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write("not a row\n")
+    summary = await collect(config)
+    assert summary.already_done == 2
+    assert summary.invalid_lines == 2
+    assert [scan.path for scan in summary.scans] == [config.output_path, config.failures_path]
+
+
 async def test_an_unexpected_error_in_one_rollout_is_recorded_and_the_others_go_on(
     tmp_path: Path, agent_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
