@@ -43,7 +43,9 @@ from typing import Any
 
 from benchmarks._timing import markdown_table
 from gym_failures.collection import CollectionConfig, collect
-from gym_failures.collection._run import AttemptFunction, AttemptRow, Collector, PendingRollout
+from gym_failures.collection._attempt_row import AttemptFunction, AttemptRow
+from gym_failures.collection._collector import Collector
+from gym_failures.collection._resume import PendingRollout
 from gym_failures.ray import RayCollector, RayWorkers, collect_on_ray
 
 ROLLOUTS = 2000

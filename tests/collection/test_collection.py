@@ -23,12 +23,13 @@ from gym_failures.collection import (
     JsonlScan,
     RowWriter,
     TaskScan,
+    _dispatcher,
+    _replies,
     collect,
     read_rows,
     read_tasks,
     repair_torn_tail,
 )
-from gym_failures.collection import _run as collection_run
 from gym_failures.failure_kinds import (
     AGENT_RUN_ERROR,
     COLLECTION_DISPATCH_FAILED,
@@ -338,11 +339,27 @@ async def test_a_reply_aiohttp_cannot_read_is_a_retryable_protocol_violation(tmp
     assert b"qqqq" not in config.failures_path.read_bytes(), "the reply's bytes are never saved"
 
 
+async def test_a_resume_counts_the_lines_that_are_not_rows_in_both_files_once(
+    tmp_path: Path, agent_url: str
+) -> None:
+    # They were counted once per rollout reopened or closed by an earlier final row, from the failures
+    # file alone: none at all on a resume with no such rollout.
+    config = _config(tmp_path, agent_url, [{"mode": "ok"}, {"mode": "ok"}])
+    await collect(config)
+    for path in (config.output_path, config.failures_path):
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write("not a row\n")
+    summary = await collect(config)
+    assert summary.already_done == 2
+    assert summary.invalid_lines == 2
+    assert [scan.path for scan in summary.scans] == [config.output_path, config.failures_path]
+
+
 async def test_an_unexpected_error_in_one_rollout_is_recorded_and_the_others_go_on(
     tmp_path: Path, agent_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # No real reply makes the collector fail unexpectedly; inject one fault into its reading.
-    real = collection_run.read_episode_response
+    real = _replies.read_episode_response
     calls = 0
 
     def fails_once(body: bytes, url: str) -> Any:
@@ -352,7 +369,7 @@ async def test_an_unexpected_error_in_one_rollout_is_recorded_and_the_others_go_
             raise RuntimeError("text that must not be saved")
         return real(body, url)
 
-    monkeypatch.setattr(collection_run, "read_episode_response", fails_once)
+    monkeypatch.setattr(_dispatcher, "read_episode_response", fails_once)
     tasks = [{"mode": "ok"}, {"mode": "ok"}, {"mode": "ok"}]
     config = _config(tmp_path, agent_url, tasks, max_attempts=1, concurrency=3)
     summary = await collect(config)

@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gym_failures.collection import CollectionConfig, Collector, RowWriter, collect, read_rows
-from gym_failures.collection._run import PendingRollout, _success_fields
+from gym_failures.collection._attempt_row import success_fields
+from gym_failures.collection._resume import PendingRollout
 from gym_failures.materialized import (
     LINES,
     NEMO_GYM,
@@ -600,7 +601,7 @@ _BASE = {"rollout_id": "0:0", "_ng_task_index": 0, "_ng_rollout_index": 0}
 @settings(max_examples=200, deadline=None)
 @given(result=st.dictionaries(_RESULT_KEY, _RESULT_VALUE, max_size=6))
 def test_a_success_row_reads_back_its_result_whatever_keys_it_has(result: dict[str, Any]) -> None:
-    fields = _success_fields(result)
+    fields = success_fields(result)
     row = {**_BASE, **fields}
     lifted = {"result", "reward", "response", "mask_sample", "failure_kind", "failure_reason"}
     copied = set(fields) - lifted

@@ -350,8 +350,9 @@ FLAT_REPLIES = st.fixed_dictionaries(
 def test_any_flat_reply_is_a_row_in_the_file_nemo_gym_would_write(
     reply: dict[str, Any], attempt: int
 ) -> None:
+    from gym_failures.collection._attempt_row import AttemptSeen
     from gym_failures.collection._nemo_gym_protocol import NemoGymDispatcher
-    from gym_failures.collection._run import AttemptSeen, PendingRollout
+    from gym_failures.collection._resume import PendingRollout
     from gym_failures.failure_records import BaseEpisodeResponse, FailureReport
 
     with tempfile.TemporaryDirectory() as directory:

@@ -31,8 +31,7 @@ from pydantic import ValidationError
 from gym_failures.cli import _live as live
 from gym_failures.cli._live import counts_text
 from gym_failures.collection import AgentDown, CollectionConfig, collect, read_rows
-from gym_failures.collection._pacing import Backoff
-from gym_failures.collection._run import READY_PROBE_INTERVAL_S, TRANSPORT_RUN
+from gym_failures.collection._pacing import READY_PROBE_INTERVAL_S, TRANSPORT_RUN, Backoff, wait_ready
 from gym_failures.failure_kinds import TRANSPORT_UNREACHABLE
 from gym_failures.telemetry import CollectionProgress
 from tests.processes import free_port, stop, wait_listening
@@ -242,6 +241,89 @@ async def test_an_agent_still_starting_costs_no_attempt(
     assert _failures(config) == []
     assert any(wait is not None for wait in progress), "the live view showed the wait"
     assert progress[-1] is None
+
+
+# Times a readiness wait starts at (a sum of random backoffs, on the test's clock) at which the wait
+# once never ended: it slept `wait_ready_s - waited`, `waited` rounded, and near the deadline that
+# remainder (8.9e-16 s) was half a unit in the last place of the clock's time, so the clock stayed where
+# it was and the wait probed for ever (a test hung on it 1 run in 3). Found by replaying that arithmetic.
+STARTS_THAT_HUNG = [3.2, 4.31, 6.06, 7.36]
+
+
+class BoundedClock(TestClock):
+    """A test clock that fails the test, rather than hang it, when it is asked to sleep past `limit`
+    times: what a wait that never ends does."""
+
+    __test__ = False
+
+    def __init__(self, now: float = 0.0, limit: int = 1000) -> None:
+        super().__init__()
+        self.now = now
+        self.limit = limit
+
+    async def sleep(self, seconds: float) -> None:
+        assert len(self.sleeps) < self.limit, f"slept {self.limit} times; the clock reads {self.now!r}"
+        await super().sleep(seconds)
+
+
+@pytest.mark.parametrize("start", [0.0, *STARTS_THAT_HUNG])
+async def test_the_readiness_wait_ends_at_its_deadline_whatever_time_the_clock_starts_at(
+    start: float,
+) -> None:
+    clock = BoundedClock(start)
+    probes = 0
+
+    async def refused() -> bool:
+        nonlocal probes
+        probes += 1
+        return False
+
+    assert not await wait_ready(refused, clock, 5.0)
+    assert clock.now >= start + 5.0, "it waited the whole bound"
+    assert probes <= math.ceil(5.0 / READY_PROBE_INTERVAL_S) + 2
+
+
+@pytest.mark.parametrize("start", STARTS_THAT_HUNG)
+async def test_an_agent_down_ends_the_run_whatever_time_the_clock_starts_at(
+    tmp_path: Path, start: float
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    config = _config(tmp_path, url, [{"mode": "ok"}] * 2, wait_ready_s=5)
+    clock = BoundedClock(start)
+    with pytest.raises(AgentDown):
+        await collect(config, clock=clock)
+    assert clock.now >= start + 5.0, "it waited the whole bound"
+
+
+async def test_a_fault_of_the_readiness_probe_ends_the_run_rather_than_leaving_it_paused(
+    tmp_path: Path,
+) -> None:
+    """The probe's wait runs beside the paused workers: when it fails, the run must end with its
+    error, or the workers would wait for a resume that never comes."""
+
+    class BrokenClock(TestClock):
+        __test__ = False
+
+        def monotonic(self) -> float:
+            raise RuntimeError("the clock broke")
+
+    url = f"http://127.0.0.1:{free_port()}"
+    config = _config(tmp_path, url, [{"mode": "ok"}] * 2, wait_ready_s=5)
+    run = asyncio.ensure_future(collect(config, clock=BrokenClock()))
+    # No wait on the real clock: the probe's wait reads the clock before it probes, so the run
+    # has no I/O in flight when it fails, and ends within a bounded number of turns of the event
+    # loop (a run left paused never ends).
+    for _ in range(10_000):
+        if run.done():
+            break
+        await asyncio.sleep(0)
+    else:
+        run.cancel()
+    assert run.done(), "the run stayed paused after its probe failed"
+    assert not run.cancelled(), "the run stayed paused after its probe failed"
+    with pytest.raises(RuntimeError, match="the clock broke"):
+        run.result()
+    assert _failures(config) == [], "no attempt was spent"
 
 
 async def test_an_agent_down_for_good_ends_the_run_with_every_budget_kept(tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ import pytest
 import ray
 
 from gym_failures.collection import CollectionConfig, RowWriter, collect
-from gym_failures.collection._run import AttemptRow, Retry
+from gym_failures.collection._attempt_row import AttemptRow
+from gym_failures.collection._schedule import Retry
 from gym_failures.failures import CollectionFailure
 from gym_failures.ray import RayCollector, collect_on_ray
 from tests.collection.test_recovery import TestClock

@@ -1,9 +1,30 @@
 """Collection: dispatch rollouts to an agent server and save each attempt's outcome beside its failure report.
 
-The collector needs the `aiohttp` extra, so `_run` is imported on first use of its names. The rows it
-saves have a module of their own, `gym_failures.rows` (the row contract, reading and writing), which
-needs no aiohttp; its names are re-exported here as they were before it moved. See
-`gym_failures.collection._run` for the protocol, retries and resume.
+The collector needs the `aiohttp` extra, so its modules are imported on first use of their names. The
+rows it saves have a module of their own, `gym_failures.rows` (the row contract, reading and writing),
+which needs no aiohttp; its names are re-exported here as they were before it moved.
+
+Where each part of a run lives (one job a module; each module's docstring says its rules):
+
+| Module | What it does |
+| --- | --- |
+| `_config` | `CollectionConfig`: what one run does, its defaults and environment variables |
+| `_protocols` | the agent protocols' names, and the one a run defaults to (needs no aiohttp) |
+| `_lock` | one collector per output: the `flock` on `<output>.lock` |
+| `_manifest` | the run's identity (`<output>.manifest.json`), checked on resume, replaced atomically |
+| `_inventory` | task reading: every rollout of the run, from the input or its materialized inputs |
+| `_resume` | resume planning: `PendingRollout`, each open rollout's next attempt, budgets reopened or spent |
+| `_summary` | `CollectionSummary`: what a run did and found |
+| `_collector` | `Collector`, `collect`, `AgentDown`: the queue, budgets, readiness pauses, the one `_save` |
+| `_schedule` | which attempts are ready to send, dispatch paused or stopped; `Retry` |
+| `_pacing` | backoff, the server's hints, the readiness probe and its wait, the collector's clock |
+| `_dispatcher` | `AttemptDispatcher`: one attempt sent and its row built (the `gym-failures` protocol) |
+| `_attempt_row` | `AttemptRow`, `AttemptSeen`: one attempt's row and what was seen of its exchange |
+| `_replies` | an agent's reply read: its body bounded, its episode response, its report bounded |
+| `_nemo_gym_protocol` | `NemoGymDispatcher`: NeMo Gym's own agents' `/run` (`agent_protocol` `nemo-gym`) |
+
+Ray workers (`gym_failures.ray.RayCollector`) run the same `AttemptDispatcher` and send each row back
+to the same `Collector.record`.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -24,13 +45,10 @@ from gym_failures.rows import (
 )
 
 if TYPE_CHECKING:
-    from gym_failures.collection._run import (
-        AgentDown,
-        CollectionConfig,
-        CollectionSummary,
-        Collector,
-        collect,
-    )
+    from gym_failures.collection._collector import AgentDown, Collector, collect
+    from gym_failures.collection._config import CollectionConfig
+    from gym_failures.collection._summary import CollectionSummary
+
 
 __all__ = [
     "LEGACY_CLASS",
@@ -52,12 +70,19 @@ __all__ = [
     "rollout_id",
 ]
 
-_RUN_NAMES = frozenset({"AgentDown", "CollectionConfig", "CollectionSummary", "Collector", "collect"})
-
 
 def __getattr__(name: str) -> Any:
-    if name in _RUN_NAMES:
-        from gym_failures.collection import _run
+    # The collector's names, imported on first use (the `aiohttp` extra).
+    if name in ("AgentDown", "Collector", "collect"):
+        from gym_failures.collection import _collector
 
-        return getattr(_run, name)
+        return getattr(_collector, name)
+    if name == "CollectionConfig":
+        from gym_failures.collection._config import CollectionConfig
+
+        return CollectionConfig
+    if name == "CollectionSummary":
+        from gym_failures.collection._summary import CollectionSummary
+
+        return CollectionSummary
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -50,12 +50,9 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from gym_failures import nemo_gym
-from gym_failures.collection._run import (
-    AttemptDispatcher,
-    AttemptRow,
-    AttemptSeen,
-    PendingRollout,
-)
+from gym_failures.collection._attempt_row import AttemptRow, AttemptSeen
+from gym_failures.collection._dispatcher import AttemptDispatcher
+from gym_failures.collection._resume import PendingRollout
 from gym_failures.failure_kinds import ENVIRONMENT_PROTOCOL_VIOLATION
 from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureReport
 from gym_failures.failure_transport import FailureReportRow

@@ -14,9 +14,18 @@ read by `gym_failures.client.retry_after_s`), else a quota's reset time in its r
 place a hint is read; a hint takes the place of the backoff and is bounded by the run's
 `retry_after_max_s`.
 
-Readiness (`accepts_connections`): whether the agent accepts a TCP connection, what the collector
-probes before its first attempt and after a run of transport failures, so that an agent still starting
-or down for a while costs no attempt.
+Readiness (`accepts_connections`, `wait_ready`): whether the agent accepts a TCP connection, what the
+collector probes (every `READY_PROBE_INTERVAL_S`, for at most `wait_ready_s`) before its first attempt
+and after `TRANSPORT_RUN` attempts in a row failed with the same transport kind, so that an agent still
+starting or down for a while costs no attempt.
+
+The wait is measured against its deadline, `start + wait_ready_s`, and each sleep is what is left to
+it (at most an interval): on a clock whose time is the sum of its sleeps (a test's), the last sleep
+lands on the deadline exactly, as `deadline - now` is exact when `now` is that close to it. It once
+slept `wait_ready_s - waited` instead, `waited` being `now - start` rounded: near the deadline that
+remainder could be under half a unit in the last place of `now`, so the sleep left the clock where it
+was, and the wait probed for ever (a test hung on it 1 run in 3, its start time a sum of random
+backoffs; `tests/collection/test_recovery.py` holds such starts).
 
 The clock (`Clock`) is the collector's own: tests give it one whose sleeps return at once, and read
 the waits it was asked for.
@@ -28,6 +37,7 @@ import asyncio
 import contextlib
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -37,14 +47,32 @@ from gym_failures.failure_kinds import PROVIDER_QUOTA_EXHAUSTED, quota_reset_uni
 from gym_failures.failure_records import EpisodeFailure, FailureReport
 from gym_failures.failures import NgFailureEvent, retry_hint_s
 
-__all__ = ["Backoff", "Clock", "RealClock", "WaitFrom", "accepts_connections", "retry_hint"]
+__all__ = [
+    "READY_PROBE_INTERVAL_S",
+    "TRANSPORT_RUN",
+    "Backoff",
+    "Clock",
+    "RealClock",
+    "WaitFrom",
+    "accepts_connections",
+    "retry_hint",
+    "wait_ready",
+]
+
+TRANSPORT_RUN = 3
+"""Attempts in a row, across rollouts, failed by the collector with the same transport kind: dispatch
+pauses and probes the agent (`wait_ready_s`) before the next."""
+READY_PROBE_INTERVAL_S = 0.5
+"""Between two readiness probes (NeMo Gym's own client waits 0.5 s between connection retries)."""
 
 WaitFrom = Literal["backoff", "retry_after"]
 """Where a retry's wait came from: the collector's backoff, or the failure's own hint."""
 
 
 class Clock(Protocol):
-    """What the collector reads the time from and sleeps on."""
+    """What the collector reads the time from and sleeps on: `sleep(s)` moves `monotonic()` on by `s`
+    (a real clock's time moves on its own too; a test's moves only by its sleeps, in floating point,
+    which `wait_ready` allows for)."""
 
     def monotonic(self) -> float: ...
 
@@ -117,4 +145,28 @@ async def accepts_connections(agent_url: str, timeout_s: float) -> bool:
     writer.close()
     with contextlib.suppress(OSError):
         await writer.wait_closed()
+    return True
+
+
+async def wait_ready(
+    probe: Callable[[], Awaitable[bool]],
+    clock: Clock,
+    bound_s: float,
+    on_wait: Callable[[float], None] = lambda waited: None,
+) -> bool:
+    """Whether `probe` says yes within `bound_s` seconds of `clock`, probing at once, then every
+    `READY_PROBE_INTERVAL_S` and at the deadline; `on_wait(waited)` after each no with time left.
+
+    The sleeps are measured to the deadline, never as a remainder of the time waited (see the module
+    docstring): on a clock that moves only by its sleeps the wait ends after at most
+    `ceil(bound_s / READY_PROBE_INTERVAL_S) + 2` probes (one more than the intervals that fit when the
+    sums of intervals round short of the deadline, and the last sleep makes up the few units left)."""
+    started = clock.monotonic()
+    deadline = started + bound_s
+    while not await probe():
+        now = clock.monotonic()
+        if now >= deadline:
+            return False
+        on_wait(now - started)
+        await clock.sleep(min(READY_PROBE_INTERVAL_S, deadline - now))
     return True

@@ -1,8 +1,8 @@
 """The agent protocols the collector speaks, and which one a run defaults to.
 
 `gym-failures` (`GYM_FAILURES_PROTOCOL`, the default): `{"task", "rollout_id", "attempt"}` in, a
-`BaseEpisodeResponse` out (`gym_failures.collection._run`). `nemo-gym` (`NEMO_GYM_PROTOCOL`): NeMo Gym
-0.7.0's own agents' `/run`, the materialized row in, the flat verify response out
+`BaseEpisodeResponse` out (`gym_failures.collection._dispatcher`). `nemo-gym` (`NEMO_GYM_PROTOCOL`):
+NeMo Gym 0.7.0's own agents' `/run`, the materialized row in, the flat verify response out
 (`gym_failures.collection._nemo_gym_protocol`).
 
 `default_protocol` is what `gym-failures collect` uses when `--agent-protocol` is not given. Decision:
@@ -52,7 +52,7 @@ def default_protocol(rows: Path) -> AgentProtocol:
         return _manifest_protocol(manifest)
     if not rows.exists() and not failures_path(rows).exists():
         return GYM_FAILURES_PROTOCOL  # a fresh run
-    if materialized_path(rows).exists() or _first_row_is_nemo_gyms(rows):
+    if materialized_path(rows).exists() or written_by_nemo_gym(rows):
         return NEMO_GYM_PROTOCOL
     return GYM_FAILURES_PROTOCOL
 
@@ -70,7 +70,7 @@ def _manifest_protocol(manifest: Path) -> AgentProtocol:
     return NEMO_GYM_PROTOCOL if protocol == NEMO_GYM_PROTOCOL else GYM_FAILURES_PROTOCOL
 
 
-def _first_row_is_nemo_gyms(rows: Path) -> bool:
+def written_by_nemo_gym(rows: Path) -> bool:
     """Whether the output's first row is NeMo Gym's: its indices, and no rollout id of ours."""
     for path in (rows, failures_path(rows)):
         try:

@@ -65,17 +65,14 @@ import ray
 import ray.exceptions
 
 from gym_failures.collection import CollectionConfig, CollectionSummary, RowWriter
+from gym_failures.collection._attempt_row import AttemptRow
+from gym_failures.collection._collector import Collector, dispatcher_for
+from gym_failures.collection._dispatcher import AttemptDispatcher
 from gym_failures.collection._pacing import Clock
-from gym_failures.collection._run import (
-    AttemptDispatcher,
-    AttemptRow,
-    Collector,
-    PendingRollout,
-    dispatcher_for,
-)
+from gym_failures.collection._resume import PendingRollout
 from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED
 from gym_failures.failures import CollectionFailure, exception_type_name
-from gym_failures.ray import gym_failure_of
+from gym_failures.ray._failures import gym_failure_of
 from gym_failures.redaction import redact
 from gym_failures.rows import rollout_id
 from gym_failures.telemetry import CollectionProgress
