@@ -5,9 +5,9 @@ A foreign exception never becomes an event by itself: an adapter selects `SdkErr
 and raises its own Gym failure `from` the foreign error. Documented, and reached, as
 `gym_failures.failures.sdk_error_details`.
 
-`str()` of a foreign exception is never read here, nor anywhere in gym-failures: it can quote the
-request the SDK sent, its headers and body included (docs/decisions.md, "A foreign exception's text
-is never read").
+`str()` of a foreign exception is never read into a failure, here or anywhere in gym-failures: it
+can quote the request the SDK sent, its headers and body included (docs/decisions.md, "A foreign
+exception's text is never read").
 """
 
 from __future__ import annotations

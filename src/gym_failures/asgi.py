@@ -10,10 +10,11 @@ For each HTTP request it makes a new `RequestFailureLog` current, so code servin
 started, it replies itself with `failure_status` (500), a small JSON body naming the failure and the
 header carrying the failure and its causes. A non-Gym exception becomes a failure of this server's
 boundary with `default_failure_kind`, its type recorded (`exception_type`) and a reason naming that
-type; its text (`str()`) is never read, as nowhere in gym-failures: it can quote the request (a
-validation error quotes the body's values) and credentials no redaction recognises. A handler that
-wants its words in the reply raises a Gym failure with a `failure_reason`. If the response had
-already started, the exception is re-raised and no second start is ever sent.
+type; its text (`str()`) is never read, as it is never read into any failure: it can quote the
+request (a validation error quotes the body's values) and credentials no redaction recognises. A
+handler that wants its words in the reply raises a Gym failure with a `failure_reason`. A broken
+`failure_status` or `error_shape` function is logged by its type and raising frame, not its text.
+If the response had already started, the exception is re-raised and no second start is ever sent.
 
 An HTTP library's own status error (an `aiohttp.ClientResponseError` from NeMo Gym's `raise_for_status`
 or `response.raise_for_status()`, an httpx `HTTPStatusError`) keeps the upstream reply's headers: the
@@ -252,8 +253,8 @@ class FailureReportMiddleware:
             return self.failure_status
         try:
             status = self.failure_status(failure)
-        except Exception:  # a broken status function must not hide the failure
-            LOGGER.exception("failure_status raised; replying 500")
+        except Exception as error:  # a broken status function must not hide the failure
+            _log_broken_option("failure_status", error, "replying 500")
             return 500
         return error_status(status) or 500
 
@@ -262,8 +263,8 @@ class FailureReportMiddleware:
             return self.error_shape
         try:
             shape = self.error_shape(scope)
-        except Exception:
-            LOGGER.exception("error_shape raised; replying in the gym shape")
+        except Exception as error:
+            _log_broken_option("error_shape", error, "replying in the gym shape")
             return "gym"
         return shape if shape in ERROR_TYPES else "gym"
 
@@ -363,15 +364,25 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]
             yield error
 
 
+def _raised_at(error: BaseException) -> str:
+    """` at <file>:<line>` of the frame that raised `error`, or "" without a traceback."""
+    tb = error.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+
+
+def _log_broken_option(option: str, error: BaseException, fallback: str) -> None:
+    # Its type and raising frame, never exc_info: a formatted exception's last line is str(error).
+    LOGGER.error("%s raised %s%s; %s", option, exception_type_name(error), _raised_at(error), fallback)
+
+
 def _log_failure(event: FailureEvent, error: BaseException) -> None:
     # Never exc_info: the last line of a formatted exception is str(error), which may quote the request.
     # The raising frame is enough at ERROR; the whole stack (frames only) is there at DEBUG.
-    where = ""
-    tb = error.__traceback__
-    if tb is not None:
-        while tb.tb_next is not None:
-            tb = tb.tb_next
-        where = f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+    where = _raised_at(error)
     LOGGER.error(
         "request failed: %s (%s, event %s)%s: %s",
         event.failure_kind,

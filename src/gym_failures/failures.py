@@ -23,8 +23,9 @@ to its rebuilt cause (with `__suppress_context__` set, as `raise ... from` does)
 A foreign exception (any exception that is not a Gym failure: a third-party SDK's error, a
 `RuntimeError`) never becomes an event by itself: an adapter selects `SdkErrorDetails` with
 `sdk_error_details` and raises its own Gym failure `from` it. `str()` of a foreign exception is never
-read, here or anywhere in gym-failures (the server middleware, Ray, pickling): it can carry request
-data and credentials that no redaction can recognise. Its type is kept (`exception_type`).
+read into a failure (its event, report, reply, row or log line), here or anywhere in gym-failures
+(the server middleware, Ray, pickling): it can carry request data and credentials that no redaction
+can recognise. Its type is kept (`exception_type`).
 
 This module is the exception hierarchy and its chains. The helpers that go with it live one job a
 module, and are re-exported here, where they are documented:
