@@ -77,9 +77,12 @@ async def test_the_anthropic_shape_per_route() -> None:
     assert (await _post(app, "/v1/responses")).json()["error"]["type"] == "server_error"
 
 
-async def test_a_broken_status_or_shape_function_falls_back() -> None:
+async def test_a_broken_status_or_shape_function_falls_back(caplog: pytest.LogCaptureFixture) -> None:
+    """It falls back and is logged by its type and raising frame, never its text (which a function of
+    the failure or the scope may fill with the request's values)."""
+
     def broken(failure: NgFailureEvent) -> int:
-        raise RuntimeError("boom")
+        raise RuntimeError("boom CANARY-7f3a9q-alice")
 
     def nonsense(scope: Any) -> ErrorShape:
         return "xml"  # type: ignore[return-value]
@@ -89,6 +92,10 @@ async def test_a_broken_status_or_shape_function_falls_back() -> None:
     assert reply.json()["failure_kind"] == "provider_quota_exhausted"
     outside = await _post(_app(_quota(), failure_status=lambda f: 200))
     assert outside.status_code == 500
+    logged = [r.getMessage() for r in caplog.records if r.name == "gym_failures.asgi"]
+    assert any(m.startswith("failure_status raised RuntimeError at ") for m in logged)
+    assert "CANARY-7f3a9q-alice" not in caplog.text
+    assert all(r.exc_info is None for r in caplog.records)
 
 
 def test_an_unknown_shape_is_refused_at_startup() -> None:

@@ -14,12 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gym_failures import failure_kinds
+from gym_failures import _vocabulary, failure_kinds
+from gym_failures._classification import DEFAULT_RULES, FOREIGN_CLASSIFICATION
+from gym_failures._vocabulary import MAX_WARNED_UNKNOWN
 from gym_failures.failure_kinds import (
     _DEFAULT_CLASSIFICATION,
-    _DEFAULT_RULES,
-    _FOREIGN_CLASSIFICATION,
-    _MAX_WARNED_UNKNOWN,
     _NAME_PATTERN,
     FAILURE_KINDS,
     GATE_DERIVED_KINDS,
@@ -85,7 +84,7 @@ OOM_IN_AGENT_IS_MODEL = {"by_stage": {"agent": {"by_failure_kind": {"provider_oo
 def warned(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """A fresh set of already-warned unknown names, so each test sees its own first warnings."""
     fresh: set[str] = set()
-    monkeypatch.setattr(failure_kinds, "_WARNED_UNKNOWN", fresh)
+    monkeypatch.setattr(_vocabulary, "WARNED_UNKNOWN", fresh)
     return fresh
 
 
@@ -318,7 +317,7 @@ class TestValidateFailureKind:
         assert len(_warnings(caplog)) == 1
 
     def test_warned_set_is_bounded(self, warned: set[str], caplog: pytest.LogCaptureFixture) -> None:
-        warned.update(f"label_{i}" for i in range(_MAX_WARNED_UNKNOWN))
+        warned.update(f"label_{i}" for i in range(MAX_WARNED_UNKNOWN))
 
         validate_failure_kind("one_more")
         validate_failure_kind("and_another")
@@ -327,13 +326,13 @@ class TestValidateFailureKind:
         messages = _warnings(caplog)
         assert len(messages) == 1
         assert "no further warnings" in messages[0]
-        assert len(warned) == _MAX_WARNED_UNKNOWN + 1
+        assert len(warned) == MAX_WARNED_UNKNOWN + 1
 
     @settings(max_examples=200)
     @given(name=st.one_of(st.none(), st.text()))
     def test_never_raises(self, name: str | None) -> None:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(failure_kinds, "_WARNED_UNKNOWN", set())
+            patch.setattr(_vocabulary, "WARNED_UNKNOWN", set())
             assert validate_failure_kind(name) == name
 
 
@@ -584,16 +583,16 @@ class TestConfig:
         assert _default_classification_config() == FailureClassificationConfig()
 
     def test_the_plain_default_rules_are_a_fresh_config(self) -> None:
-        """Classifying without a config reads `_DEFAULT_RULES`, not a model: the same values."""
+        """Classifying without a config reads `DEFAULT_RULES`, not a model: the same values."""
         fresh = FailureClassificationConfig()
 
         for field in FailureClassificationConfig.model_fields:
             if field != "by_stage":
-                assert getattr(_DEFAULT_RULES, field) == getattr(fresh, field), field
-        assert set(_DEFAULT_RULES.by_stage) == set(fresh.by_stage)
+                assert getattr(DEFAULT_RULES, field) == getattr(fresh, field), field
+        assert set(DEFAULT_RULES.by_stage) == set(fresh.by_stage)
         for stage, rules in fresh.by_stage.items():
-            assert _DEFAULT_RULES.by_stage[stage].by_failure_kind == rules.by_failure_kind, stage
-            assert _DEFAULT_RULES.by_stage[stage].default_class is rules.default_class, stage
+            assert DEFAULT_RULES.by_stage[stage].by_failure_kind == rules.by_failure_kind, stage
+            assert DEFAULT_RULES.by_stage[stage].default_class is rules.default_class, stage
 
 
 class TestKindSets:
@@ -623,13 +622,13 @@ class TestKindSets:
         """The vocabulary's table, and NeMo Gym's own labels that have no shared name, classified."""
         assert _default_classification_config().by_failure_kind == {
             **{kind: cls for kind, (cls, _) in _DEFAULT_CLASSIFICATION.items()},
-            **_FOREIGN_CLASSIFICATION,
+            **FOREIGN_CLASSIFICATION,
         }
-        assert failure_kinds.FailureClassificationConfig().by_failure_kind == _DEFAULT_RULES.by_failure_kind
+        assert failure_kinds.FailureClassificationConfig().by_failure_kind == DEFAULT_RULES.by_failure_kind
 
     def test_nemo_gyms_foreign_labels_are_extensions_outside_the_vocabulary(self) -> None:
-        assert all(is_namespaced(kind) for kind in _FOREIGN_CLASSIFICATION)
-        assert not (set(_FOREIGN_CLASSIFICATION) & (FAILURE_KINDS | MODEL_FAULT_KINDS | SERVER_FAULT_KINDS))
+        assert all(is_namespaced(kind) for kind in FOREIGN_CLASSIFICATION)
+        assert not (set(FOREIGN_CLASSIFICATION) & (FAILURE_KINDS | MODEL_FAULT_KINDS | SERVER_FAULT_KINDS))
 
     def test_a_config_overrides_a_foreign_labels_class(self) -> None:
         config = _config({"by_failure_kind": {"stirrup:transient": "model"}})

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from gym_failures import failure_kinds
+from gym_failures import _vocabulary, failure_kinds
 from gym_failures.failure_records import (
     EpisodeFailure,
     FailureBoundary,
@@ -32,7 +32,7 @@ NAME_FIELDS = ("operation", "exception_type")
 @pytest.fixture
 def warned(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     fresh: set[str] = set()
-    monkeypatch.setattr(failure_kinds, "_WARNED_UNKNOWN", fresh)
+    monkeypatch.setattr(_vocabulary, "WARNED_UNKNOWN", fresh)
     return fresh
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gym_failures import failure_kinds
+from gym_failures import _vocabulary, failure_kinds
 from gym_failures.failure_records import (
     FailureBoundary,
     FailureEvent,
@@ -51,7 +51,7 @@ CANARY = "CANARY-7f3a9q-alice"
 @pytest.fixture
 def warned(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     fresh: set[str] = set()
-    monkeypatch.setattr(failure_kinds, "_WARNED_UNKNOWN", fresh)
+    monkeypatch.setattr(_vocabulary, "WARNED_UNKNOWN", fresh)
     return fresh
 
 

@@ -6,14 +6,26 @@ vocabulary and classification), `failure_records` (the validated records) and `f
 
 Where a failure report is made, sent, read and saved, in the order a failure travels::
 
+    failure_kinds.py      NAMED     the vocabulary and classification (re-exports the four below)
+    _vocabulary.py                  the failure names, their sets, the stages, the checks on a name
+    _classification.py              FailureClass, every kind's default class, classify_failure
+    _classification_config.py       the classification configuration models (pydantic, loaded lazily)
+    _quota_reset.py                 the reset time a provider_quota_exhausted reason names
     failures.py           RAISED    NgFailureEvent and its per-boundary subclasses; cause chains
+    _failure_text.py                a failure's text made safe, redacted and cut to its bound
+    _sdk_details.py                 sdk_error_details: what an adapter keeps of a foreign error
+    _retry_hints.py                 how long one failure says to wait before a retry
+    _http_status.py                 HTTP status classes: evidence, error, client or server error
     _request_log.py       OBSERVED  the per-request log (what a request saw besides its own failure)
     reply.py              BUILT, SCRUBBED, FITTED, ENCODED: the one pipeline for every report a
                                     reply carries (header, stream field, body)
+    _scrub.py                       the pipeline's scrub: the request's and registered secrets out
     redaction.py                    secrets: credential shapes, the request's own values, the
                                     outbound secrets a server registers
     _header.py                      the header and stream-field codec (encode, decode, unknown kinds)
     asgi.py               SENT      the server middleware: ASGI plumbing around `reply`
+    _error_body.py                  the failure reply's JSON body, in each API's error shape
+    _stream_relay.py                relay_stream and sse_event: a stream passed on, its report read
     client/               READ      the caller: rebuild a reply's failure, map transport errors, retry
     _stream_reader.py     READ      the terminal SSE event of a relayed stream
     rows.py               SAVED     the row contract: reading, writing, manifests

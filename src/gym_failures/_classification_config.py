@@ -1,35 +1,35 @@
-"""`failure_kinds`' configuration models, split out so that classifying with the defaults needs no pydantic.
+"""The classification configuration models: pydantic, apart so that default classification needs none.
 
 `FailureClassificationConfig` and `StageClassificationConfig` are documented, and reached, as
 `gym_failures.failure_kinds.FailureClassificationConfig` and `...StageClassificationConfig`:
 `failure_kinds` loads this module the first time either is asked for (PEP 562). A reader that only
-classifies with the defaults (`gym-failures gate`, the summary) reads `failure_kinds`' plain tables
-and never defines a pydantic model, which would cost it pydantic's model machinery at every start
-(docs/benchmarks.md, "Command-line start-up").
+classifies with the defaults (`gym-failures gate`, the summary) reads `gym_failures._classification`'s
+plain tables and never defines a pydantic model, which would cost it pydantic's model machinery at
+every start (docs/benchmarks.md, "Command-line start-up").
 
-This module is `failure_kinds`' own code: it reads that module's private tables and helpers (the one
-exception to the layout rule that a private name stays in its module, `tests/test_layout.py`).
+The models are built on `gym_failures._classification`'s public tables; that module never imports
+this one back (it names the models for type checking only).
 """
 
 # No `from __future__ import annotations`: the fields' annotations are evaluated here, so pydantic
 # never has to resolve a name in this module's namespace later (the defaults are built deferred).
 
 from collections.abc import Mapping
+from functools import cache
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from gym_failures.failure_kinds import (
-    _DEFAULT_CLASSIFICATION,
-    _FOREIGN_CLASSIFICATION,
-    _STAGE_DEFAULT_CLASSES,
+from gym_failures._classification import (
+    DEFAULT_CLASSIFICATION,
+    FOREIGN_CLASSIFICATION,
+    STAGE_DEFAULT_CLASSES,
     FailureClass,
-    FailureStage,
-    _default_reporting_kinds,
-    _is_classifiable,
-    _merge_stage_overrides,
-    _validate_classification_kinds,
+    default_reporting_kinds,
+    is_classifiable,
+    validate_classification_kinds,
 )
+from gym_failures._vocabulary import FailureStage
 
 StatusCode = Annotated[int, Field(ge=400, le=599)]
 
@@ -47,11 +47,11 @@ class StageClassificationConfig(BaseModel):
     @field_validator("by_failure_kind")
     @classmethod
     def validate_kinds(cls, value: dict[str, FailureClass]) -> dict[str, FailureClass]:
-        return _validate_classification_kinds(value)
+        return validate_classification_kinds(value)
 
 
 def stage_defaults() -> dict[FailureStage, StageClassificationConfig]:
-    """The default rules of each stage (`failure_kinds._STAGE_DEFAULT_CLASSES`), as models.
+    """The default rules of each stage (`_classification.STAGE_DEFAULT_CLASSES`), as models.
 
     `model_construct` with valid values is what validation returns (same values, same fields set)
     without building the validator; tests/test_failure_kinds.py checks it.
@@ -62,7 +62,7 @@ def stage_defaults() -> dict[FailureStage, StageClassificationConfig]:
             if default_class is None
             else StageClassificationConfig.model_construct(default_class=default_class)
         )
-        for stage, default_class in _STAGE_DEFAULT_CLASSES.items()
+        for stage, default_class in STAGE_DEFAULT_CLASSES.items()
     }
 
 
@@ -80,18 +80,18 @@ class FailureClassificationConfig(BaseModel):
 
     by_failure_kind: dict[str, FailureClass] = Field(
         default_factory=lambda: {
-            **{kind: cls for kind, (cls, _) in _DEFAULT_CLASSIFICATION.items()},
-            **_FOREIGN_CLASSIFICATION,
+            **{kind: cls for kind, (cls, _) in DEFAULT_CLASSIFICATION.items()},
+            **FOREIGN_CLASSIFICATION,
         }
     )
     by_stage: dict[FailureStage, StageClassificationConfig] = Field(default_factory=stage_defaults)
     by_status_code: dict[StatusCode, FailureClass] = Field(default_factory=dict)
     default_class: FailureClass = FailureClass.UNKNOWN
     reporting_kind_by_status_code: dict[StatusCode, str | None] = Field(
-        default_factory=lambda: _default_reporting_kinds(policy=True)
+        default_factory=lambda: default_reporting_kinds(policy=True)
     )
     non_policy_reporting_kind_by_status_code: dict[StatusCode, str | None] = Field(
-        default_factory=lambda: _default_reporting_kinds(policy=False)
+        default_factory=lambda: default_reporting_kinds(policy=False)
     )
 
     @field_validator(
@@ -112,17 +112,55 @@ class FailureClassificationConfig(BaseModel):
     @classmethod
     def merge_stages(cls, value: object) -> object:
         defaults: dict[str, BaseModel] = {stage: rules for stage, rules in stage_defaults().items()}
-        return _merge_stage_overrides(defaults, value, dict_fields=("by_failure_kind",))
+        return merge_stage_overrides(defaults, value, dict_fields=("by_failure_kind",))
 
     @field_validator("by_failure_kind")
     @classmethod
     def validate_kinds(cls, value: dict[str, FailureClass]) -> dict[str, FailureClass]:
-        return _validate_classification_kinds(value)
+        return validate_classification_kinds(value)
 
     @field_validator("reporting_kind_by_status_code", "non_policy_reporting_kind_by_status_code")
     @classmethod
     def validate_reporting_kinds(cls, value: dict[int, str | None]) -> dict[int, str | None]:
         for status, kind in value.items():
-            if kind is not None and not _is_classifiable(kind):
+            if kind is not None and not is_classifiable(kind):
                 raise ValueError(f"status {status}: {kind[:200]!r} is not a failure kind")
         return value
+
+
+def merge_stage_overrides(
+    defaults: dict[str, BaseModel], value: object, dict_fields: tuple[str, ...]
+) -> object:
+    """Merge partial stage configurations before their concrete models validate them."""
+    if not isinstance(value, Mapping):
+        return value  # let validation report the wrong type
+    merged: dict[object, object] = {
+        stage: config.model_dump(exclude_unset=False) for stage, config in defaults.items()
+    }
+    for stage, override in value.items():
+        base = merged.get(stage)
+        if isinstance(override, BaseModel):
+            override = override.model_dump(exclude_unset=True)
+        if not isinstance(base, dict) or not isinstance(override, Mapping):
+            merged[stage] = override
+            continue
+        combined = dict(base)
+        for key, item in override.items():
+            if key in dict_fields and isinstance(item, Mapping) and isinstance(base.get(key), dict):
+                combined[key] = {**base[key], **item}
+            else:
+                combined[key] = item
+        merged[stage] = combined
+    return merged
+
+
+@cache
+def default_classification_config() -> FailureClassificationConfig:
+    """Private read-only default for classification; caller-created configs remain independent.
+
+    Without input, validation only fills the defaults (no default is validated, no validator runs on
+    one), which is what `model_construct()` does without building the validator. Classification itself
+    reads `_classification.DEFAULT_RULES`, the same values as plain data.
+    """
+    default: FailureClassificationConfig = FailureClassificationConfig.model_construct()
+    return default

@@ -32,6 +32,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gym_failures._scrub import scrub
 from gym_failures.failure_records import FailureReport
 from gym_failures.failures import explicit_gym_failure
 from gym_failures.redaction import MIN_KNOWN_SECRET, request_secrets
@@ -195,9 +196,6 @@ class RequestFailureLog:
         """The report for this request's reply: its own failure (`error`, `None` on success) and the
         log, scrubbed of the request's own secrets and the registered ones (not yet fitted to the
         header's bound: `gym_failures.reply.fit`)."""
-        # `reply` owns scrubbing and builds on this module: imported when first needed.
-        from gym_failures.reply import scrub
-
         failure = explicit_gym_failure(error)
         report = self.report if failure is None else failure.failure_report().merged(self.report)
         return scrub(report, self.request_secrets())

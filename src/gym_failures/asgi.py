@@ -9,9 +9,12 @@ For each HTTP request it makes a new `RequestFailureLog` current, so code servin
 `X-NG-Failure-Report` header if the log holds anything. When the handler raises before the response
 started, it replies itself with `failure_status` (500), a small JSON body naming the failure and the
 header carrying the failure and its causes. A non-Gym exception becomes a failure of this server's
-boundary with `default_failure_kind`, its type recorded and a bounded reason from which credentials,
-URL secrets and the request's own credential values are removed. If the response had already started,
-the exception is re-raised and no second start is ever sent.
+boundary with `default_failure_kind`, its type recorded (`exception_type`) and a reason naming that
+type; its text (`str()`) is never read, as it is never read into any failure: it can quote the
+request (a validation error quotes the body's values) and credentials no redaction recognises. A
+handler that wants its words in the reply raises a Gym failure with a `failure_reason`. A broken
+`failure_status` or `error_shape` function is logged by its type and raising frame, not its text.
+If the response had already started, the exception is re-raised and no second start is ever sent.
 
 An HTTP library's own status error (an `aiohttp.ClientResponseError` from NeMo Gym's `raise_for_status`
 or `response.raise_for_status()`, an httpx `HTTPStatusError`) keeps the upstream reply's headers: the
@@ -28,6 +31,10 @@ report into its terminal SSE event with `stream_failure_field` (from `gym_failur
 here); a relay passes a stream on unchanged with `relay_stream`, which reads the stream's report and
 observes it.
 
+This module is the middleware. Its companions, re-exported here where they are documented, are one
+job each: `gym_failures._error_body` (`error_body`, `ErrorShape`: the failure reply's JSON body in each
+API's shape) and `gym_failures._stream_relay` (`relay_stream`, `sse_event`).
+
 This module is pure ASGI: it imports no web framework. It is never a `BaseHTTPMiddleware`, which runs
 the app in a copied context (a ContextVar set inside would not flow back) and costs most of the
 throughput.
@@ -41,12 +48,8 @@ Decisions:
   kept). The request's log keeps the scope (`RequestFailureLog.request_scope`) so that a report
   written into the request's stream is scrubbed the same way.
 - The failure reply's body is in the shape its callers' clients read (`error_shape`, per app, or per
-  request with a function of the ASGI scope): `"gym"` (the default, `{"failure_kind", "failure_reason",
-  "event_id", "boundary"}`), `"openai"` (`{"error": {"message", "type", "code", ...}}`) or
-  `"anthropic"` (`{"type": "error", "error": {"type", "message", ...}}`). Each API's own error type is
-  chosen by the reply's status; the message reads `<kind>: <reason> (event <id>)`, and the error
-  object also holds `failure_kind`, `event_id` and `boundary`, so an SDK's exception says what failed
-  and which event it was. The report itself stays in the header.
+  request with a function of the ASGI scope): `"gym"`, `"openai"` or `"anthropic"`
+  (`gym_failures._error_body` says each shape). The report itself stays in the header.
 - `failure_status` is one status, or a function of the failure (a model endpoint replies 429 to a
   quota failure, so clients back off); a function's answer outside 400-599 falls back to 500.
 - A failure reply whose failure knows when a retry can succeed (`failures.retry_hint_s`: an explicit
@@ -65,35 +68,31 @@ Decisions:
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import traceback
 from collections.abc import (
-    AsyncIterable,
-    AsyncIterator,
     Awaitable,
     Callable,
-    Iterable,
     Iterator,
-    Mapping,
     MutableMapping,
 )
-from typing import Any, Literal
+from typing import Any
 
+from gym_failures._error_body import ERROR_TYPES, ErrorShape, error_body
+from gym_failures._http_status import error_status
 from gym_failures._request_log import CURRENT_REQUEST_LOG
+from gym_failures._stream_relay import relay_stream, sse_event
 from gym_failures.client import status_error_failure
 from gym_failures.failure_kinds import INFRASTRUCTURE_ERROR, FailureStage
 from gym_failures.failure_records import FailureBoundary, FailureEvent, FailureReport
-from gym_failures.failure_transport import FailureHeader, RequestFailureLog, StreamFailureReportReader
+from gym_failures.failure_transport import FailureHeader, RequestFailureLog
 from gym_failures.failures import (
     NgFailureEvent,
-    bounded_text,
     exception_type_name,
     explicit_gym_cause,
     retry_hint_s,
 )
-from gym_failures.redaction import redact
 from gym_failures.reply import fit, scrub, stream_failure_field
 from gym_failures.telemetry import record_reply
 
@@ -112,14 +111,10 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-ErrorShape = Literal["gym", "openai", "anthropic"]
-"""The shape of a failure reply's JSON body: this library's own, or an API's error object."""
-
 LOGGER = logging.getLogger(__name__)
 
 _HEADER_NAME = FailureHeader.NAME.lower().encode("ascii")
 _HEADER_NAMES = (_HEADER_NAME, FailureHeader.NAME.encode("ascii"))
-_MAX_REDACTED_INPUT = 4 * 2000
 _MAX_LINK_WALK = 64
 
 
@@ -136,10 +131,10 @@ class FailureReportMiddleware:
         stage: FailureStage | None = None,
         error_shape: ErrorShape | Callable[[Scope], ErrorShape] = "gym",
     ) -> None:
-        if not callable(failure_status) and not 400 <= failure_status <= 599:
+        if not callable(failure_status) and error_status(failure_status) is None:
             raise ValueError("failure_status must be a 4xx or 5xx status")
-        if not callable(error_shape) and error_shape not in _ERROR_TYPES:
-            raise ValueError(f"error_shape must be one of {sorted(_ERROR_TYPES)}")
+        if not callable(error_shape) and error_shape not in ERROR_TYPES:
+            raise ValueError(f"error_shape must be one of {sorted(ERROR_TYPES)}")
         self.app = app
         self.boundary = FailureBoundary(boundary)
         self.default_failure_kind = default_failure_kind
@@ -147,7 +142,7 @@ class FailureReportMiddleware:
         self.stage = stage
         self.error_shape = error_shape
         # Fail at startup, not at the first failure, if the default kind cannot make an event.
-        self._wrap(RuntimeError(), known_secrets=())
+        self._wrap(RuntimeError())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -190,19 +185,15 @@ class FailureReportMiddleware:
         finally:
             CURRENT_REQUEST_LOG.reset(token)
 
-    def _wrap(self, error: BaseException, known_secrets: Iterable[str]) -> NgFailureEvent:
-        try:
-            # Cut before redacting, as `failures` does: only the first 2000 characters are kept, and
-            # an exception's text can be megabytes (a quoted payload).
-            message = str(error)[:_MAX_REDACTED_INPUT]
-        except Exception:  # a broken __str__ must not hide the failure
-            message = ""
+    def _wrap(self, error: BaseException) -> NgFailureEvent:
+        # The type only, never `str(error)` (see the module's docstring): the reason says so, so that a
+        # reader of the reply knows where the message went.
         type_name = exception_type_name(error)
-        reason = redact(f"{type_name}: {message}" if message else type_name, known_secrets)
+        reason = f"{type_name} raised in the handler (its message is never sent: it may quote the request)"
         failure = NgFailureEvent(
             boundary=self.boundary,
             failure_kind=self.default_failure_kind,
-            failure_reason=bounded_text(reason),
+            failure_reason=reason,
             stage=self.stage,
             exception_type=type_name,
         )
@@ -216,9 +207,7 @@ class FailureReportMiddleware:
         failure.__cause__ = error if upstream is None else upstream
         return failure
 
-    def _failure_of(
-        self, error: BaseException, log: RequestFailureLog, known_secrets: Iterable[str]
-    ) -> NgFailureEvent:
+    def _failure_of(self, error: BaseException, log: RequestFailureLog) -> NgFailureEvent:
         """The Gym failure `error` is, or this server's failure wrapping it.
 
         A task group raises an exception group: a group whose one leaf is a Gym failure is that
@@ -251,38 +240,37 @@ class FailureReportMiddleware:
                 for leaf in leaves
             )
             gym = [_link_status_errors(failure) for failure in found if failure is not None]
-            failure = self._wrap(error, known_secrets)
+            failure = self._wrap(error)
             if gym:
                 failure.__cause__ = gym[0]
                 for other in gym[1:]:
                     log.add(other.failure_report().model_copy(update={"failure_id": None}))
             return failure
-        return self._wrap(error, known_secrets)
+        return self._wrap(error)
 
     def _status_of(self, failure: NgFailureEvent) -> int:
         if not callable(self.failure_status):
             return self.failure_status
         try:
             status = self.failure_status(failure)
-        except Exception:  # a broken status function must not hide the failure
-            LOGGER.exception("failure_status raised; replying 500")
+        except Exception as error:  # a broken status function must not hide the failure
+            _log_broken_option("failure_status", error, "replying 500")
             return 500
-        return status if type(status) is int and 400 <= status <= 599 else 500
+        return error_status(status) or 500
 
     def _shape_of(self, scope: Scope) -> ErrorShape:
         if not callable(self.error_shape):
             return self.error_shape
         try:
             shape = self.error_shape(scope)
-        except Exception:
-            LOGGER.exception("error_shape raised; replying in the gym shape")
+        except Exception as error:
+            _log_broken_option("error_shape", error, "replying in the gym shape")
             return "gym"
-        return shape if shape in _ERROR_TYPES else "gym"
+        return shape if shape in ERROR_TYPES else "gym"
 
     async def _send_failure(self, error: Exception, log: RequestFailureLog, scope: Scope, send: Send) -> None:
         """Reply for a request that failed before its response started: the one place that does."""
-        secrets = log.request_secrets()
-        failure = self._failure_of(error, log, secrets)
+        failure = self._failure_of(error, log)
         scrubbed = log.reply_report(failure)
         fitted = fit(scrubbed)
         status = self._status_of(failure)
@@ -302,58 +290,6 @@ class FailureReportMiddleware:
             headers.append((_HEADER_NAME, fitted.header_value.encode("ascii")))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-
-
-_ERROR_TYPES: dict[str, tuple[dict[int, str], str]] = {
-    # Each API's error `type` by status, and its type for any other status.
-    "gym": ({}, ""),
-    "openai": (
-        {
-            400: "invalid_request_error",
-            401: "authentication_error",
-            403: "permission_error",
-            404: "not_found_error",
-            409: "conflict_error",
-            422: "unprocessable_entity_error",
-            429: "rate_limit_error",
-        },
-        "server_error",
-    ),
-    "anthropic": (
-        {
-            400: "invalid_request_error",
-            401: "authentication_error",
-            403: "permission_error",
-            404: "not_found_error",
-            413: "request_too_large",
-            429: "rate_limit_error",
-            529: "overloaded_error",
-        },
-        "api_error",
-    ),
-}
-
-
-def error_body(event: FailureEvent, *, status: int, shape: ErrorShape = "gym") -> bytes:
-    """A failure reply's JSON body for `event` in `shape` (see the module's decisions), ASCII."""
-    facts = {"failure_kind": event.failure_kind, "event_id": event.event_id, "boundary": event.boundary.value}
-    if shape == "gym":
-        body: dict[str, Any] = {
-            "failure_kind": event.failure_kind,
-            "failure_reason": event.failure_reason,
-            "event_id": event.event_id,
-            "boundary": event.boundary.value,
-        }
-    else:
-        by_status, other = _ERROR_TYPES[shape]
-        error_type = by_status.get(status, other if status >= 500 else "invalid_request_error")
-        reason = f": {event.failure_reason}" if event.failure_reason else ""
-        message = f"{event.failure_kind}{reason} (event {event.event_id})"
-        if shape == "openai":
-            body = {"error": {"message": message, "type": error_type, "code": event.failure_kind, **facts}}
-        else:
-            body = {"type": "error", "error": {"type": error_type, "message": message, **facts}}
-    return json.dumps(body, ensure_ascii=True).encode("ascii")
 
 
 def _with_report_header(message: Message, log: RequestFailureLog) -> Message:
@@ -428,15 +364,25 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]
             yield error
 
 
+def _raised_at(error: BaseException) -> str:
+    """` at <file>:<line>` of the frame that raised `error`, or "" without a traceback."""
+    tb = error.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+
+
+def _log_broken_option(option: str, error: BaseException, fallback: str) -> None:
+    # Its type and raising frame, never exc_info: a formatted exception's last line is str(error).
+    LOGGER.error("%s raised %s%s; %s", option, exception_type_name(error), _raised_at(error), fallback)
+
+
 def _log_failure(event: FailureEvent, error: BaseException) -> None:
     # Never exc_info: the last line of a formatted exception is str(error), which may quote the request.
     # The raising frame is enough at ERROR; the whole stack (frames only) is there at DEBUG.
-    where = ""
-    tb = error.__traceback__
-    if tb is not None:
-        while tb.tb_next is not None:
-            tb = tb.tb_next
-        where = f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+    where = _raised_at(error)
     LOGGER.error(
         "request failed: %s (%s, event %s)%s: %s",
         event.failure_kind,
@@ -449,38 +395,3 @@ def _log_failure(event: FailureEvent, error: BaseException) -> None:
         LOGGER.debug(
             "frames of event %s:\n%s", event.event_id, "".join(traceback.format_tb(error.__traceback__))
         )
-
-
-def sse_event(event: str, data: Mapping[str, Any]) -> bytes:
-    """One server-sent event, `event:` and one `data:` line of compact JSON."""
-    payload = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-    return f"event: {event}\ndata: {payload}\n\n".encode()
-
-
-async def relay_stream(
-    chunks: AsyncIterable[bytes], *, reader: StreamFailureReportReader | None = None
-) -> AsyncIterator[bytes]:
-    """Yield `chunks` unchanged while reading the stream's terminal failure report; when the stream
-    ends (or the consumer stops), observe that report into the current request's log.
-
-    Pass your own `reader` to know afterwards how the stream ended: `reader.terminal_seen` is whether
-    it had its terminal event, and `gym_failures.client.stream_failure(reader)` the failure to raise
-    when it was cut or failed."""
-    reader = StreamFailureReportReader() if reader is None else reader
-    iterator = aiter(chunks)
-    observed: FailureReport | None = None
-    try:
-        async for chunk in iterator:
-            reader.feed(chunk)
-            if reader.report is not observed:
-                # At once: a consumer that stops after the terminal event may close us much later.
-                reader.observe()
-                observed = reader.report
-            yield chunk
-    finally:
-        reader.finish()
-        if reader.report is not observed:
-            reader.observe()
-        aclose = getattr(iterator, "aclose", None)
-        if aclose is not None:
-            await aclose()

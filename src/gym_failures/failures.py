@@ -20,9 +20,20 @@ raised in. The remote chain is rebuilt as real exceptions too: `__cause__` links
 to its rebuilt cause (with `__suppress_context__` set, as `raise ... from` does), so tracebacks,
 `raise ... from` walkers and error trackers see the whole remote chain.
 
-A foreign exception (a third-party SDK error) never becomes an event by itself: an adapter selects
-`SdkErrorDetails` with `sdk_error_details` and raises its own Gym failure `from` it. `str()` of a
-foreign exception is never read, because it can carry request data and credentials.
+A foreign exception (any exception that is not a Gym failure: a third-party SDK's error, a
+`RuntimeError`) never becomes an event by itself: an adapter selects `SdkErrorDetails` with
+`sdk_error_details` and raises its own Gym failure `from` it. `str()` of a foreign exception is never
+read into a failure (its event, report, reply, row or log line), here or anywhere in gym-failures
+(the server middleware, Ray, pickling): it can carry request data and credentials that no redaction
+can recognise. Its type is kept (`exception_type`).
+
+This module is the exception hierarchy and its chains. The helpers that go with it live one job a
+module, and are re-exported here, where they are documented:
+
+    _failure_text.py   safe_text, bounded_text, exception_type_name: a failure's text, bounded
+    _sdk_details.py    sdk_error_details: what an adapter keeps of a foreign error
+    _retry_hints.py    MAX_RETRY_AFTER_S and one failure's hint (retry_hint_s walks the chain here)
+    _http_status.py    which HTTP statuses are evidence, errors, client or server errors
 
 Decisions (see also docs/decisions.md):
 - A kind this version does not register is accepted with a warning (`validate_failure_kind`) and
@@ -51,16 +62,25 @@ Decisions (see also docs/decisions.md):
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from gym_failures._failure_text import (
+    MAX_NAME,
+    bounded_details,
+    bounded_reason,
+    bounded_text,
+    exception_type_name,
+    safe_text,
+)
+from gym_failures._http_status import error_status
+from gym_failures._http_status import http_status as _evidence_status
+from gym_failures._retry_hints import MAX_RETRY_AFTER_S, bounded_wait, own_retry_hint_s
+from gym_failures._sdk_details import bounded_sdk_details, sdk_error_details
 from gym_failures.failure_kinds import (
     GATE_DERIVED_KINDS,
-    PROVIDER_QUOTA_EXHAUSTED,
     FailureStage,
-    quota_reset_unix,
     validate_failure_kind,
     wire_failure_kind,
 )
@@ -71,7 +91,6 @@ from gym_failures.failure_records import (
     FailureReport,
     SdkErrorDetails,
 )
-from gym_failures.redaction import CUT_MARK, redact
 
 __all__ = [
     "MAX_RETRY_AFTER_S",
@@ -96,8 +115,6 @@ __all__ = [
     "sdk_error_details",
 ]
 
-_MAX_REASON = 2000
-_MAX_NAME = 256
 # A chain deeper than this is cut (and the cut marked omitted): no real chain is, and a loop of
 # wrapper exceptions must not hang the server that projects it.
 _MAX_CHAIN = 64
@@ -106,92 +123,6 @@ _MAX_CHAIN = 64
 def new_event_id() -> str:
     """A new origin id: 96 random bits, 16 URL-safe characters."""
     return secrets.token_urlsafe(12)
-
-
-def safe_text(text: str) -> str:
-    """`text` with every lone surrogate escaped (`\\udcff`): text decoded with `surrogateescape`, as a
-    tool's stderr often is, cannot be written as UTF-8, and a JSON reader may refuse its escape. The
-    failure matters more than its bytes, so the text is kept, escaped, rather than refused."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
-
-
-def bounded_text(text: str, limit: int = _MAX_REASON) -> str:
-    """`text` made safe (`safe_text`) and cut to at most `limit` characters, the cut marked with "…"."""
-    text = safe_text(text)
-    return text if len(text) <= limit else text[: limit - 1] + CUT_MARK
-
-
-def _bounded_reason(text: str, limit: int = _MAX_REASON) -> str:
-    # Redact before cutting, so a cut never leaves half a secret; pre-cut so redaction stays cheap.
-    return bounded_text(redact(text[: 4 * limit]), limit)
-
-
-# The text fields of the details schemas and their bounds: cut (and the free-text one redacted)
-# rather than refused, so a long provider message never replaces the failure with a ValidationError.
-_DETAIL_TEXTS = {
-    "execution_id": _MAX_NAME,
-    "provider": _MAX_NAME,
-    "sandbox_id": _MAX_NAME,
-    "provider_request_id": _MAX_NAME,
-}
-
-
-def _bounded_details(details: FailureDetails | Mapping[str, Any] | None) -> Any:
-    if details is None:
-        return None
-    if isinstance(details, Mapping):
-        bounded = dict(details)
-        for name, limit in _DETAIL_TEXTS.items():
-            if isinstance(bounded.get(name), str):
-                bounded[name] = bounded_text(bounded[name], limit)
-        if isinstance(bounded.get("provider_status_reason"), str):
-            bounded["provider_status_reason"] = _bounded_reason(bounded["provider_status_reason"])
-        return bounded
-    reason = getattr(details, "provider_status_reason", None)
-    if isinstance(reason, str) and _bounded_reason(reason) != reason:
-        return details.model_copy(update={"provider_status_reason": _bounded_reason(reason)})
-    return details
-
-
-def _bounded_foreign(error: SdkErrorDetails | None) -> SdkErrorDetails | None:
-    """An adapter may build `SdkErrorDetails` itself rather than with `sdk_error_details`: its
-    message is redacted and cut here too."""
-    if error is None:
-        return None
-    message = _bounded_reason(error.message)
-    return error if message == error.message else error.model_copy(update={"message": message})
-
-
-def _http_status(status: object) -> int | None:
-    """`status` when it is a real int in 100-599; anything else is no evidence."""
-    return status if type(status) is int and 100 <= status <= 599 else None
-
-
-def exception_type_name(error: BaseException | type[BaseException]) -> str:
-    cls = error if isinstance(error, type) else type(error)
-    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    return bounded_text(name, _MAX_NAME)
-
-
-def sdk_error_details(
-    error: BaseException, message: str, *, http_status: int | None = None
-) -> SdkErrorDetails:
-    """The `SdkErrorDetails` an adapter selected from a foreign `error`.
-
-    `message` is the field the adapter chose (an SDK's `message` or `code`), never `str(error)`.
-    It is redacted and cut to 2000 characters; an `http_status` outside 100-599 is dropped as no evidence.
-    """
-    return SdkErrorDetails(
-        exception_type=exception_type_name(error),
-        http_status=_http_status(http_status),
-        message=_bounded_reason(message),
-    )
 
 
 def explicit_gym_cause(error: BaseException) -> NgFailureEvent | None:
@@ -302,19 +233,19 @@ class NgFailureEvent(Exception):
             event_id=new_event_id() if event_id is None else event_id,
             boundary=self._boundary(boundary),
             failure_kind=wire_failure_kind(failure_kind),
-            failure_reason=_bounded_reason(failure_reason),
+            failure_reason=bounded_reason(failure_reason),
             stage=stage,
-            http_status=_http_status(http_status),
-            operation=None if operation is None else _bounded_reason(operation, _MAX_NAME),
+            http_status=_evidence_status(http_status),
+            operation=None if operation is None else bounded_reason(operation, MAX_NAME),
             operation_id=operation_id,
             attempt_id=attempt_id,
-            details=_bounded_details(details),
-            foreign_error=_bounded_foreign(foreign_error),
-            exception_type=None if exception_type is None else bounded_text(exception_type, _MAX_NAME),
+            details=bounded_details(details),
+            foreign_error=bounded_sdk_details(foreign_error),
+            exception_type=None if exception_type is None else bounded_text(exception_type, MAX_NAME),
         )
         super().__init__(self._event.failure_reason)
         if retry_after_s is not None:
-            self.retry_after_s = _bounded_wait(retry_after_s)
+            self.retry_after_s = bounded_wait(retry_after_s)
 
     @classmethod
     def _boundary(cls, boundary: FailureBoundary | str | None) -> FailureBoundary:
@@ -355,8 +286,7 @@ class NgFailureEvent(Exception):
         """The event's own status, else the status of the reply it was rebuilt from (see above)."""
         own = self._event.http_status
         if own is None and self.http_details is not None:
-            status = self.http_details.status
-            return status if status is not None and 400 <= status <= 599 else None
+            return error_status(self.http_details.status)
         return own
 
     @property
@@ -621,20 +551,6 @@ def rebuild_failure(report: FailureReport, event_id: str | None = None) -> NgFai
     return failure_type_for(event.boundary)._from_event(event, report)
 
 
-MAX_RETRY_AFTER_S = 86400.0
-"""The longest wait a retry hint may ask for (a day); a longer one, or one that is not a finite
-number, is bounded here rather than trusted: a hint can come from a peer's header."""
-
-
-def _bounded_wait(seconds: float) -> float | None:
-    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds != seconds:
-        return None
-    try:
-        return min(max(float(seconds), 0.0), MAX_RETRY_AFTER_S)
-    except OverflowError:  # an int past a float's range: a wait past any bound
-        return MAX_RETRY_AFTER_S if seconds > 0 else 0.0
-
-
 def retry_hint_s(failure: BaseException | None, *, now: float | None = None) -> float | None:
     """How long to wait before retrying `failure`, when it knows: the first hint met on its explicit
     chain (the failure first, then its causes), each failure's hints in this order:
@@ -650,15 +566,9 @@ def retry_hint_s(failure: BaseException | None, *, now: float | None = None) -> 
     for _ in range(_MAX_CHAIN):
         if current is None:
             return None
-        if current.retry_after_s is not None:
-            return current.retry_after_s
-        details = current.http_details
-        if details is not None and details.retry_after_s is not None:
-            return _bounded_wait(details.retry_after_s)
-        if current.failure_kind == PROVIDER_QUOTA_EXHAUSTED:
-            reset = quota_reset_unix(current.failure_reason)
-            if reset is not None:
-                return _bounded_wait(reset - (time.time() if now is None else now))
+        wait = own_retry_hint_s(current, now=now)
+        if wait is not None:
+            return wait
         current = explicit_gym_cause(current)
     return None
 

@@ -18,6 +18,9 @@ raising it, such as a 429 that must stay a 429 (`reply_headers`):
 Servers without the middleware pass the request's ASGI scope (`scope=request.scope`) to these
 functions, so the request's credentials are known to the scrub as the middleware knows them.
 
+Scrubbing lives in `gym_failures._scrub` (re-exported here as `scrub`), below both this module and the
+per-request log, which scrubs the report it hands over (`RequestFailureLog.reply_report`).
+
 `reply_report` is the report after scrubbing, before fitting: what a reply's body carries
 (`BaseEpisodeResponse.failure_report` has no header to fit); `episode_response` builds that whole
 body, its `EpisodeFailure` reason scrubbed the same way. `reply_headers` and
@@ -31,14 +34,14 @@ failure's own chain, `reply_failure_report` that chain for the body beside an `E
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from gym_failures._header import OMITTED_HEADER_VALUE, FailureHeader
 from gym_failures._request_log import RequestFailureLog
+from gym_failures._scrub import scrub
 from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureEvent, FailureReport
-from gym_failures.failures import NgFailureEvent, bounded_text
-from gym_failures.redaction import CUT_MARK, has_registered_secrets, redact
+from gym_failures.failures import NgFailureEvent
 
 __all__ = [
     "FittedReport",
@@ -123,34 +126,6 @@ def episode_response(
         terminal=terminal,
     )
     return BaseEpisodeResponse(failure=episode_failure, failure_report=report)
-
-
-def scrub(report: FailureReport, secrets: Sequence[str]) -> FailureReport:
-    """`report` without any of `secrets`, any registered secret or any match of a registered pattern
-    in a free-text field; `report` itself when none is there."""
-    registered = has_registered_secrets()
-    if (not secrets and not registered) or not report.events:
-        return report
-
-    def without_secrets(text: str, bound: int) -> str:
-        # A text cut at its bound may end in the first characters of a secret the cut went through;
-        # a registered secret can be anywhere, in any report that passes (a peer's too).
-        if not registered and not text.endswith(CUT_MARK) and not any(secret in text for secret in secrets):
-            return text
-        # The marker can be longer than the secret it replaces: cut again to keep the bound.
-        return bounded_text(redact(text, secrets), bound)
-
-    changed: dict[str, FailureEvent] = {}
-    for event_id, event in report.events.items():
-        scrubbed = event.with_texts(without_secrets)
-        if scrubbed is not event:
-            changed[event_id] = scrubbed
-    if not changed:
-        return report
-    # Only texts changed, so every id and cause link is as valid as before: no revalidation.
-    return FailureReport.model_construct(
-        events={**report.events, **changed}, failure_id=report.failure_id, omitted=report.omitted
-    )
 
 
 def fit(report: FailureReport) -> FittedReport:

@@ -48,9 +48,11 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
+from gym_failures import failure_kinds
+
 # The module, for the annotations: `failure_kinds.FailureClassificationConfig` loads on first use, so
 # `typing.get_type_hints` on these functions loads it rather than failing on a name never imported.
-from gym_failures import failure_kinds
+from gym_failures._http_status import http_status
 from gym_failures.failure_kinds import (
     EMPTY_ANSWER,
     GRADING_WITHOUT_VERDICT,
@@ -252,7 +254,7 @@ def _failure_evidence(
     if status is None:
         # NeMo Gym's own key for the status, which gym-failures writes too (docs/rows.md).
         saved = row.get(FAILURE_HTTP_STATUS)
-        status = saved if type(saved) is int and 100 <= saved <= 599 else None
+        status = http_status(saved)
     return kind, cast(FailureStage | None, stage), status
 
 

@@ -49,6 +49,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gym_failures._http_status import error_status, is_error, is_server_error
 from gym_failures.asgi import ErrorShape, FailureReportMiddleware
 from gym_failures.failure_kinds import (
     INVALID_REQUEST_PARAMETER,
@@ -135,8 +136,7 @@ def error_shape_of(scope: Scope) -> ErrorShape:
 
 
 def _status_of(failure: NgFailureEvent) -> int:
-    status = failure.http_status
-    return status if status is not None and 400 <= status <= 599 else 500
+    return error_status(failure.http_status) or 500
 
 
 def quota_reset() -> str:
@@ -673,7 +673,7 @@ class ModelEndpoint:
         fault = note.fault
         outcome = note.outcome
         if outcome is None:
-            outcome = "failed" if status >= 400 else "ok" if complete else "dropped"
+            outcome = "failed" if is_error(status) else "ok" if complete else "dropped"
         if fault is not None:
             self.fault_counts[fault.name] += 1
             self._count(fault.name, route)
@@ -697,7 +697,7 @@ class ModelEndpoint:
             status=status,
             fault=None if fault is None else fault.name,
             event_id=note.event_id if fault is not None else None,
-            retry_after_s=note.retry_after_s if status >= 400 else None,
+            retry_after_s=note.retry_after_s if is_error(status) else None,
             delay_s=fault.delay_s if fault is not None and fault.name in _WAITS else None,
             outcome=outcome,
             sdk_retry_count=note.sdk_retry_count,
@@ -750,7 +750,7 @@ def _status_failure(code: int, call: ModelCall, fault: Fault, stage: FailureStag
         kind, reason = PROVIDER_QUOTA_EXHAUSTED, _default_quota_reason(call, fault)
     elif code in (503, 529):
         kind, reason = PROVIDER_UNAVAILABLE, f"the model server is overloaded ({code}); try again later"
-    elif code >= 500:
+    elif is_server_error(code):
         kind, reason = MODEL_SERVER_ERROR, f"the model server failed with {code}"
     else:
         kind, reason = MODEL_REQUEST_ERROR, f"the model server refused the request with {code}"

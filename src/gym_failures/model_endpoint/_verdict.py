@@ -45,6 +45,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gym_failures._http_status import is_error, is_server_error
 from gym_failures.model_endpoint._journal import Attempt
 
 __all__ = [
@@ -175,11 +176,11 @@ def _retryable(attempt: Attempt) -> bool:
     if attempt.outcome in _BREAKS:
         return True
     status = attempt.status
-    return status >= 500 or status in (408, 409, 429)
+    return is_server_error(status) or status in (408, 409, 429)
 
 
 def _failed(attempt: Attempt) -> bool:
-    return attempt.outcome != "ok" or attempt.status >= 400
+    return attempt.outcome != "ok" or is_error(attempt.status)
 
 
 def _finding(name: str, message: str, attempts: Sequence[Attempt]) -> Finding:
