@@ -13,7 +13,8 @@ import httpx2
 import pytest
 
 from gym_failures.client import _reply
-from gym_failures.client._libraries import MODULE_BY_LIBRARY, HttpDelivery, library_of, reply_library
+from gym_failures.client._libraries import MODULE_BY_LIBRARY, library_of, reply_library
+from gym_failures.client._library_types import HttpDelivery
 from gym_failures.failures import HttpDetails
 from gym_failures.rollout_failure import Delivery, delivery_of
 from tests.client.servers import CLIENTS

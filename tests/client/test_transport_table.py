@@ -42,7 +42,8 @@ from types import ModuleType
 import pytest
 
 from gym_failures.client import sdk_failure
-from gym_failures.client._libraries import MODULE_BY_LIBRARY, HttpLibrary, TransportRule
+from gym_failures.client._libraries import MODULE_BY_LIBRARY
+from gym_failures.client._library_types import HttpLibrary, TransportRule
 from gym_failures.client._transport import (
     BUILTIN_TRANSPORT_ERRORS,
     LOCAL_RESOURCE_RULE,

@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gym_failures._http_status import error_status
 from gym_failures.cli._exits import EXIT_FAILED, EXIT_OK
 from gym_failures.cli._inputs import quiet_row_reader
 from gym_failures.cli._text import plural, print_json, stderr_line
@@ -120,7 +121,7 @@ def _no_success(failures: Path, agent_url: str, summary: CollectionSummary) -> i
                 kinds[kind if isinstance(kind, str) else "(none)"] += 1
                 status = record.get("http_status") if isinstance(record, dict) else None
                 # Only an error status says the agent answered no: an episode failure comes in a 200.
-                statuses[status if type(status) is int and 400 <= status <= 599 else None] += 1
+                statuses[error_status(status)] += 1
     common = ", ".join(f"{kind} {count}" for kind, count in kinds.most_common(3)) or "no failure rows"
     agent = f"the agent at {url_without_secrets(agent_url)}"
     none_of = (

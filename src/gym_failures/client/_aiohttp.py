@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from gym_failures.client._libraries import HttpLibrary, Reply, TransportRule
+from gym_failures.client._library_types import HttpLibrary, Reply, TransportRule
 from gym_failures.failure_kinds import (
     ENVIRONMENT_PROTOCOL_VIOLATION,
     TRANSPORT_PEER_DROP,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from gym_failures.client._libraries import HttpLibrary, Reply, TransportRule
+from gym_failures.client._library_types import HttpLibrary, Reply, TransportRule
 from gym_failures.failure_kinds import TRANSPORT_PEER_DROP, TRANSPORT_TIMEOUT, TRANSPORT_UNREACHABLE
 from gym_failures.failures import NgFailureEvent
 

@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
-from gym_failures.client._libraries import HttpLibrary, Reply, library_of, reply_library
+from gym_failures import _http_status
+from gym_failures.client._libraries import library_of, reply_library
+from gym_failures.client._library_types import HttpLibrary, Reply
 from gym_failures.failure_kinds import (
     AGENT_REQUEST_FAILED,
     COLLECTION_DISPATCH_FAILED,
@@ -205,7 +207,7 @@ def reply_failure(
             boundary=called,
             failure_kind=failure_kind or DEFAULT_KIND_BY_BOUNDARY[called],
             failure_reason=f"{details.method} {details.url} answered {status} without a failure report",
-            http_status=status if status is not None and 100 <= status <= 599 else None,
+            http_status=_http_status.http_status(status),
             stage=stage,
             operation=operation,
             operation_id=operation_id,
@@ -292,7 +294,7 @@ async def raise_boundary_failure(
     reply carries no report.
     """
     library, status, report = _observed(response)
-    if 200 <= status < 300:
+    if _http_status.is_success(status):
         return
     failure, _ = await _failure_for(
         library,
@@ -318,7 +320,7 @@ async def raise_for_status(
     """Observe `response`'s report; on a 4xx/5xx raise the library's own HTTP error type, carrying the
     rebuilt failure (`.failure`, also its `__cause__`) and the reply's content (`.content`)."""
     library, status, report = _observed(response)
-    if status < 400:
+    if not _http_status.is_error(status):
         return
     failure, content = await _failure_for(
         library,

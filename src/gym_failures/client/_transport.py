@@ -17,7 +17,8 @@ import contextlib
 import errno
 from collections.abc import Iterator
 
-from gym_failures.client._libraries import HttpDelivery, TransportRule, library_of
+from gym_failures.client._libraries import library_of
+from gym_failures.client._library_types import HttpDelivery, TransportRule
 from gym_failures.failure_kinds import (
     TRANSPORT_LOCAL_RESOURCE,
     TRANSPORT_PEER_DROP,

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gym_failures import nemo_gym
+from gym_failures import _http_status, nemo_gym
 from gym_failures.collection._pacing import retry_hint
 from gym_failures.collection._resume import PendingRollout
 from gym_failures.failure_records import EpisodeFailure, FailureBoundary, FailureReport
@@ -101,7 +101,7 @@ def seen_of(failure: NgFailureEvent, agent_url: str) -> AttemptSeen:
     return AttemptSeen(
         source=source,
         delivery=delivery,
-        http_status=status if status is not None and 100 <= status <= 599 else None,
+        http_status=_http_status.http_status(status),
         exception_type=failure.exception_type,
         body_excerpt=excerpt,
         retry_hint_s=retry_hint(failure, None, FailureReport()),

@@ -47,6 +47,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from gym_failures import nemo_gym
+from gym_failures._http_status import is_success
 from gym_failures.client import map_transport_errors, raise_boundary_failure
 from gym_failures.collection._attempt_row import (
     AttemptRow,
@@ -302,4 +303,4 @@ class AttemptDispatcher:
 
 
 def _succeeded_status(status: int | None) -> bool:
-    return status is not None and 200 <= status <= 299
+    return is_success(status)
