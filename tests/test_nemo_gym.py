@@ -19,6 +19,7 @@ from gym_failures.gate import read_coverage
 from gym_failures.reporting.explain import explain_row, rollout_rows
 from gym_failures.reporting.summary import summarize
 from gym_failures.rows import is_not_persisted, is_rollout_row, normalized
+from tests.strategies import examples
 
 RUNS = Path(__file__).resolve().parents[1] / "examples" / "nemo_gym_runs"
 CASES = sorted(path.name for path in RUNS.iterdir() if path.is_dir())
@@ -671,7 +672,13 @@ def _sql_counts(path: Path, max_attempts: int) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Each example is a DuckDB summary (about 0.3 s, 1 s under load): 20 under `make test` beside the
+# examples below; `make fuzz` runs 500.
+@settings(
+    max_examples=examples(20, fuzz=500),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(rows=st.lists(_ROW, max_size=8), max_attempts=st.integers(1, 3))
 @example(rows=[{"_ng_failure_class": "protocol_violation", "_ng_attempt_index": 2}], max_attempts=3)
 @example(rows=[{"reward": None, "response": "x", "failure_kind": "judge_failed"}], max_attempts=3)
