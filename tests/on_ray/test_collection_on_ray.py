@@ -372,7 +372,7 @@ def test_ctrl_c_stops_the_workers_and_the_local_ray_the_run_started(tmp_path: Pa
     assert process.returncode == 130
     assert b"Traceback" not in stderr
     assert started, "the run started Ray processes"
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # a hang guard
     while time.monotonic() < deadline and any(_alive(pid) for pid in started):
         time.sleep(0.1)
     assert [pid for pid in started if _alive(pid)] == []
