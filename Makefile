@@ -70,9 +70,11 @@ docs: $(STAMP)
 test: lint typecheck docs unit
 
 # The fuzz targets (tests/fuzz) and the decoders' other property tests with 20,000 examples each:
-# minutes, not part of `make test`, which runs them with hypothesis's default budget.
+# minutes, not part of `make test`, which runs them with hypothesis's default budget. The summary's
+# differential tests (a DuckDB query per example) run the longer budget `tests.strategies.examples` names.
 fuzz: $(STAMP)
-	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/fuzz tests/test_failure_header.py tests/test_redaction.py tests/test_rows.py
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/fuzz tests/test_failure_header.py tests/test_redaction.py tests/test_rows.py \
+	  tests/test_nemo_gym.py::test_the_summarys_sql_counts_every_row_as_python_reads_it
 
 # wrk drives the under-uvicorn middleware figures; without it (no root, no apt) they are skipped.
 bench: $(STAMP)

@@ -15,7 +15,7 @@ def free_port() -> int:
         return port
 
 
-def wait_listening(port: int, process: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+def wait_listening(port: int, process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
     """Return once `port` accepts connections; raise if `process` exits or `timeout` passes first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

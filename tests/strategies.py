@@ -7,6 +7,7 @@ field within its bound, sometimes exactly at it.
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from typing import Any, get_args
 
@@ -26,6 +27,7 @@ from gym_failures.failure_records import (
 __all__ = [
     "bounded_texts",
     "event_ids",
+    "examples",
     "failure_events",
     "failure_kinds",
     "failure_reports",
@@ -35,6 +37,13 @@ __all__ = [
     "json_values",
     "objects_in",
 ]
+
+
+def examples(make_test: int, *, fuzz: int) -> int:
+    """The example count of a property test whose every example is costly (a DuckDB query, a file
+    scan): `make_test` under `make test`, `fuzz` under `make fuzz` (`HYPOTHESIS_PROFILE=fuzz`). A
+    count given in `@settings` beats the profile's, so such a test names both here."""
+    return fuzz if os.environ.get("HYPOTHESIS_PROFILE") == "fuzz" else make_test
 
 
 # Strategies are built once: building one per draw costs more than drawing from it.

@@ -19,6 +19,7 @@ from gym_failures.gate import read_coverage
 from gym_failures.reporting.explain import explain_row, rollout_rows
 from gym_failures.reporting.summary import summarize
 from gym_failures.rows import is_not_persisted, is_rollout_row, normalized
+from tests.strategies import examples
 
 RUNS = Path(__file__).resolve().parents[1] / "examples" / "nemo_gym_runs"
 CASES = sorted(path.name for path in RUNS.iterdir() if path.is_dir())
@@ -411,6 +412,19 @@ _TRUE = [True, 1, 1.0, -1, 2.5, "true", "false", "0", " ", [0], {"a": 0}]
 _FALSE = [False, 0, 0.0, -0.0, "", [], {}, None]
 
 
+# The summary's SQL reads each value as Python does: one summary per group of values that must all
+# read alike (every row of the true group counted, none of the false group's), so a value read wrong
+# changes its group's count, at two DuckDB queries per flag instead of one per value.
+
+
+def _written(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """`rows` written to `path`, each its own rollout (task index `0..`)."""
+    path.write_text(
+        "".join(json.dumps({**row, "_ng_task_index": index}) + "\n" for index, row in enumerate(rows))
+    )
+    return path
+
+
 @pytest.mark.parametrize("value", [*_TRUE, *_FALSE])
 def test_mask_sample_masks_by_truthiness(value: object, tmp_path: Path) -> None:
     """NeMo Gym's aggregation masks `vr.get("mask_sample")` by truth (`_partition_on_mask`)."""
@@ -418,34 +432,57 @@ def test_mask_sample_masks_by_truthiness(value: object, tmp_path: Path) -> None:
     assert normalized(raw).get("masked", False) is bool(value)
     path = tmp_path / "rollouts.jsonl"
     path.write_text(json.dumps(raw) + "\n")
-    assert summarize([path]).masked_success_rows == bool(value)
     assert read_coverage([path]).masked == bool(value)
 
 
-@pytest.mark.parametrize("value", [*_TRUE, *_FALSE])
-def test_a_failure_is_terminal_by_truthiness(value: object, tmp_path: Path) -> None:
-    """NeMo Gym's `is_terminal_failure` is `bool(record.get("_ng_failure_terminal"))`."""
-    raw = {
+@pytest.mark.parametrize(("values", "masked"), [(_TRUE, True), (_FALSE, False)])
+def test_the_summary_masks_by_the_same_truthiness(values: list[object], masked: bool, tmp_path: Path) -> None:
+    path = _written(tmp_path / "rollouts.jsonl", [{**_NG_RESULT, "mask_sample": value} for value in values])
+    summary = summarize([path])
+    assert (summary.success_rows, summary.masked_success_rows) == (len(values), len(values) * masked)
+
+
+def _failure(value: object) -> dict[str, Any]:
+    return {
         "_ng_task_index": 0,
         "_ng_rollout_index": 0,
         "_ng_failure_class": "x",
         "_ng_failure_terminal": value,
     }
-    row = normalized(raw, max_attempts=3)
+
+
+@pytest.mark.parametrize("value", [*_TRUE, *_FALSE])
+def test_a_failure_is_terminal_by_truthiness(value: object) -> None:
+    """NeMo Gym's `is_terminal_failure` is `bool(record.get("_ng_failure_terminal"))`."""
+    row = normalized(_failure(value), max_attempts=3)
     assert (row["failure"]["terminal"], row["final"]) == (bool(value), bool(value))
-    path = tmp_path / "rollouts_failures.jsonl"
-    path.write_text(json.dumps(raw) + "\n")
-    assert summarize([path], max_attempts=3).final_failure_rows == bool(value)
 
 
-@pytest.mark.parametrize("marker", [nemo_gym.NO_PERSIST, nemo_gym.DISPATCH_DRAINED])
+@pytest.mark.parametrize(("values", "terminal"), [(_TRUE, True), (_FALSE, False)])
+def test_the_summary_finds_a_failure_terminal_by_the_same_truthiness(
+    values: list[object], terminal: bool, tmp_path: Path
+) -> None:
+    path = _written(tmp_path / "rollouts_failures.jsonl", [_failure(value) for value in values])
+    summary = summarize([path], max_attempts=3)
+    assert (summary.failure_rows, summary.final_failure_rows) == (len(values), len(values) * terminal)
+
+
+_MARKERS = [nemo_gym.NO_PERSIST, nemo_gym.DISPATCH_DRAINED]
+
+
+@pytest.mark.parametrize("marker", _MARKERS)
 @pytest.mark.parametrize("value", ["true", 1, [], 0])
-def test_a_never_saved_marker_is_read_by_truthiness(marker: str, value: object, tmp_path: Path) -> None:
-    raw = {**_NG_RESULT, marker: value}
-    assert is_not_persisted(normalized(raw)) is bool(value)
-    path = tmp_path / "rollouts.jsonl"
-    path.write_text(json.dumps(raw) + "\n")
-    assert summarize([path]).not_persisted_rows == bool(value)
+def test_a_never_saved_marker_is_read_by_truthiness(marker: str, value: object) -> None:
+    assert is_not_persisted(normalized({**_NG_RESULT, marker: value})) is bool(value)
+
+
+@pytest.mark.parametrize(("values", "not_persisted"), [(["true", 1], True), ([[], 0], False)])
+def test_the_summary_reads_a_never_saved_marker_by_the_same_truthiness(
+    values: list[object], not_persisted: bool, tmp_path: Path
+) -> None:
+    rows = [{**_NG_RESULT, marker: value} for marker in _MARKERS for value in values]
+    summary = summarize([_written(tmp_path / "rollouts.jsonl", rows)])
+    assert summary.not_persisted_rows == len(rows) * not_persisted
 
 
 def test_an_old_main_file_row_with_an_error_is_a_result_as_nemo_gym_reads_it() -> None:
@@ -671,7 +708,13 @@ def _sql_counts(path: Path, max_attempts: int) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Each example is a DuckDB summary (about 0.3 s, 1 s under load): 20 under `make test` beside the
+# examples below; `make fuzz` runs 500.
+@settings(
+    max_examples=examples(20, fuzz=500),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(rows=st.lists(_ROW, max_size=8), max_attempts=st.integers(1, 3))
 @example(rows=[{"_ng_failure_class": "protocol_violation", "_ng_attempt_index": 2}], max_attempts=3)
 @example(rows=[{"reward": None, "response": "x", "failure_kind": "judge_failed"}], max_attempts=3)

@@ -58,6 +58,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from gym_failures.reporting.summary import summarize  # noqa: E402
 from gym_failures.rows import JsonlScan, RowWriter, read_rows  # noqa: E402
+from tests.strategies import examples  # noqa: E402
 
 
 def test_a_row_holding_a_lone_surrogate_is_written_with_it_escaped_as_text(tmp_path: Path) -> None:
@@ -121,7 +122,13 @@ _LINES = st.sampled_from(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Each example is a DuckDB summary (about 0.3 s, 1 s under load): 20 under `make test`, 500 under
+# `make fuzz`.
+@settings(
+    max_examples=examples(20, fuzz=500),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(lines=st.lists(_LINES, max_size=12))
 @example(lines=[_DUPLICATE_FAILURE, _DUPLICATE_RESULT])  # a review found the readers apart on these
 def test_summarize_and_the_python_reader_agree_on_every_line(tmp_path: Path, lines: list[bytes]) -> None:

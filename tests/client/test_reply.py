@@ -173,12 +173,16 @@ async def test_retry_after_in_seconds_is_parsed(client: ClientName, base_url: st
 
 
 async def test_retry_after_as_an_http_date_is_parsed(client: ClientName, base_url: str) -> None:
-    when = formatdate(time.time() + 120, usegmt=True)
+    sent = time.time()
+    when = formatdate(sent + 120, usegmt=True)  # whole seconds: up to 1 s earlier
     failure = await failure_of(client, f"{base_url}/plain/503", params={"retry_after": when})
+    done = time.time()
 
     assert failure.http_details is not None
     assert failure.http_details.retry_after_s is not None
-    assert 100 < failure.http_details.retry_after_s <= 121
+    # The date less the wall clock when the reply was read, between `sent` and `done` (the test's own
+    # clock readings bound it, however long the request took).
+    assert sent + 119 - done - 0.01 <= failure.http_details.retry_after_s <= 120
 
 
 async def test_an_unreadable_retry_after_is_ignored(client: ClientName, base_url: str) -> None:

@@ -104,6 +104,7 @@ async def test_a_call_that_hangs_is_cancelled_at_the_budget_as_transport_timeout
         raise AssertionError("unreachable")
 
     with pytest.raises(ModelFailure) as raised:
+        # speed-ok: fires: nothing sets the event
         await retry_model_call(hangs, operation_id="op", budget_s=0.1)
 
     failure = raised.value
@@ -124,13 +125,20 @@ async def test_the_total_budget_bounds_the_retries(log: RequestFailureLog) -> No
 
     with pytest.raises(ModelFailure):
         await retry_model_call(
-            call, operation_id="op", max_attempts=1000, budget_s=0.2, backoff_s=0.02, max_backoff_s=0.02
+            call,
+            operation_id="op",
+            max_attempts=1000,
+            # speed-ok: a budget 50 times the backoff: the first retry fits it unless the machine
+            # stalls for most of a second, and 1,000 attempts cannot (each waits its 0.02 s at least)
+            budget_s=1.0,
+            backoff_s=0.02,
+            max_backoff_s=0.02,
         )
 
     assert 1 < len(call.attempts) < 1000
     retry_wait_s = operation(log).retry_wait_s
     assert retry_wait_s is not None
-    assert 0 < retry_wait_s < 0.2
+    assert 0 < retry_wait_s < 1.0
 
 
 async def test_the_call_s_own_timeout_error_is_not_the_budget(log: RequestFailureLog) -> None:
@@ -227,7 +235,7 @@ async def test_outside_a_request_nothing_is_recorded_and_the_retry_still_works()
 async def test_retry_after_within_the_remaining_budget_is_honoured(log: RequestFailureLog) -> None:
     call = Script(answered(429, retry_after=0.05))
 
-    assert await retry_model_call(call, operation_id="op", budget_s=5, **FAST) == "done"
+    assert await retry_model_call(call, operation_id="op", budget_s=60, **FAST) == "done"
 
     assert operation(log).retry_wait_s == 0.05
     assert call.started[1] - call.started[0] >= 0.045  # asyncio may wake a timer a hair early
@@ -238,6 +246,7 @@ async def test_retry_after_beyond_the_budget_makes_the_failure_final_at_once(log
     call = Script(failure)
 
     with pytest.raises(ModelFailure) as raised:
+        # speed-ok: no clock decides: a Retry-After of 30 s exceeds the whole 5 s budget
         await retry_model_call(call, operation_id="op", budget_s=5, **FAST)
 
     assert raised.value is failure

@@ -85,6 +85,7 @@ async def test_a_connection_closed_mid_reply_is_transport_peer_drop(
 
 
 async def test_a_read_timeout_is_transport_timeout(client: ClientName, base_url: str) -> None:
+    # speed-ok: fires: /hang never answers
     failure = await transport_failure(client, f"{base_url}/hang/x?key={QUERY_SECRET}", read_timeout=0.2)
 
     assert_mapped(failure, TRANSPORT_TIMEOUT, "unknown", ORIGINAL_ERRORS[client, "timeout"])
@@ -189,13 +190,15 @@ def raw_reply_server(reply: bytes) -> Iterator[str]:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
-    listener.settimeout(10)
+    stopping = threading.Event()
 
     def serve() -> None:
         with contextlib.suppress(OSError):
             while True:
                 connection, _ = listener.accept()
                 with connection:
+                    if stopping.is_set():
+                        return
                     connection.recv(65536)
                     connection.sendall(reply)
 
@@ -204,8 +207,13 @@ def raw_reply_server(reply: bytes) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1/responses"
     finally:
+        # Closing a socket does not wake a thread blocked in its accept(): a last connection does (the
+        # server once waited out a 10 s accept timeout here, in every test that used it).
+        stopping.set()
+        with contextlib.suppress(OSError), socket.create_connection(listener.getsockname(), timeout=60):
+            pass
+        thread.join(60)
         listener.close()
-        thread.join(10)
 
 
 OVERSIZED_HEADER = (

@@ -1,5 +1,8 @@
 """An agent server that fails in planned ways, chosen by each task's `mode`, for collection tests.
 
+A task's `sleep` delays its reply by that many seconds; its `until` holds the reply until the file it
+names exists (a gate the test opens: no test waits on a race against a sleep).
+
 Run with `python -m tests.collection.agent_app PORT [LISTEN_AFTER_S]`.
 """
 
@@ -9,6 +12,7 @@ import asyncio
 import base64
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -33,6 +37,11 @@ async def run(request: Request) -> Response:
     attempt: int = body["attempt"]
     mode = task["mode"]
     await asyncio.sleep(float(task.get("sleep", 0)))
+    if "until" in task:
+        # A gate: the reply waits until the test creates the file the task names, so "still running
+        # when the test looks" holds by construction, however slow the machine.
+        while not Path(task["until"]).exists():
+            await asyncio.sleep(0.01)
     if mode == "ok" or (mode == "retry_then_ok" and attempt >= 2):
         # A recovered model attempt: the success row keeps it as an observation.
         observe_failure(ModelFailure(failure_kind="model_server_error", failure_reason="attempt 1 got 503"))

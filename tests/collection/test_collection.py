@@ -165,6 +165,7 @@ async def test_an_unreachable_agent_is_the_collectors_own_transport_failure(tmp_
 
 
 async def test_a_reply_that_never_arrives_is_a_transport_timeout(tmp_path: Path, agent_url: str) -> None:
+    # speed-ok: fires: the agent holds the reply 2 s, nearly 7 times the timeout
     config = _config(tmp_path, agent_url, [{"mode": "ok", "sleep": 2}], max_attempts=1, timeout_s=0.3)
     await collect(config)
     (row,) = _rows(config.failures_path)
@@ -268,14 +269,24 @@ asyncio.run(collect(CollectionConfig(
 async def test_a_collector_killed_mid_run_resumes_without_loss_or_duplicates(
     tmp_path: Path, agent_url: str
 ) -> None:
-    tasks = [{"mode": ("retry_then_ok", "always_fail", "ok")[i % 3], "sleep": 0.05} for i in range(60)]
+    # The last 20 tasks wait at a gate until the kill: the run is mid-way when killed by construction
+    # (the first 40 write at least 40 rows and at most 80, then the gated ones hold every slot).
+    gate = tmp_path / "gate"
+    tasks = [
+        {
+            "mode": ("retry_then_ok", "always_fail", "ok")[i % 3],
+            "sleep": 0.05,
+            **({"until": str(gate)} if i >= 40 else {}),
+        }
+        for i in range(60)
+    ]
     config = _config(tmp_path, agent_url, tasks)
     process = subprocess.Popen(
         [sys.executable, "-c", _COLLECT_SCRIPT, str(config.input_path), str(config.output_path), agent_url],
         cwd=ROOT,
     )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # a hang guard
         while time.monotonic() < deadline:
             written = sum(len(_rows(path)) for path in (config.output_path, config.failures_path))
             if written >= 25:
@@ -285,6 +296,7 @@ async def test_a_collector_killed_mid_run_resumes_without_loss_or_duplicates(
         process.wait(timeout=10)
     finally:
         stop(process)
+        gate.touch()
     assert process.returncode == -signal.SIGKILL
     before = _rows(config.output_path) + _rows(config.failures_path)
     assert 25 <= len(before) < 60 + 40, "the kill must land mid-run"

@@ -214,7 +214,7 @@ async def test_a_timeout_after_sending_is_possibly_delivered_and_replayed_only_w
         output_path=tmp_path / "a" / "rollouts.jsonl",
         agent_url=agent_url,
         max_attempts=2,
-        timeout_s=0.3,
+        timeout_s=0.3,  # speed-ok: fires: the agent holds the reply 2 s
     )
     kept = replayed.model_copy(
         update={"output_path": tmp_path / "b" / "rollouts.jsonl", "replay_possibly_delivered": False}

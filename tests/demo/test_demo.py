@@ -84,7 +84,9 @@ API_KEYS = {
 }
 
 # High rates, so that 40 rollouts meet every fault; with this seed each appears at least once. The
-# margins (2 s for a scripted reply, 3 s for `python3 -c`) keep a loaded machine from adding faults.
+# margins (10 s for a scripted reply, 10 s for `python3 -c`) are hang guards: a loaded machine adds no
+# fault of its own (2 s and 3 s left it too little room). A slow response and a sandbox timeout cost
+# their limit each, in parallel (16 at once).
 HIGH_RATE_PLAN: dict[str, Any] = {
     "model": {
         "server_error": 0.08,
@@ -98,10 +100,10 @@ HIGH_RATE_PLAN: dict[str, Any] = {
     "sandbox": {"oom": 0.2, "timeout": 0.12},
     "resources_server": {"verifier_exception": 0.1, "judge_unparseable": 0.2},
     "limits": {
-        "policy_timeout_s": 2.0,
-        "slow_response_s": 5.0,
+        "policy_timeout_s": 10.0,
+        "slow_response_s": 12.0,
         "sandbox_memory_mib": 256,
-        "sandbox_wall_s": 3.0,
+        "sandbox_wall_s": 10.0,
     },
 }
 
@@ -587,7 +589,7 @@ def test_an_interrupted_demo_stops_every_server(tmp_path: Path, signum: int, cod
         [sys.executable, "-c", start], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # a hang guard
         while not _collecting(tmp_path):
             assert launcher.poll() is None, launcher.communicate()[1].decode()
             assert time.monotonic() < deadline, "the demo never started collecting"

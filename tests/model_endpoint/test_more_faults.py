@@ -220,7 +220,9 @@ def test_a_stall_longer_than_the_read_timeout_is_a_timeout(
     model_endpoint.force("stall", after=2, delay=30)
     started = time.monotonic()
 
-    def read() -> None:  # the timeout may strike before the stream's first bytes, or after them
+    # The timeout may strike before the stream's first bytes, or after them.
+    def read() -> None:
+        # speed-ok: fires: the stream stalls 30 s, 100 times the timeout
         list(oai.with_options(timeout=0.3).chat.completions.create(model="m", messages=MESSAGES, stream=True))
 
     timeouts = (openai.APITimeoutError, httpx2.TimeoutException, httpcore2.TimeoutException)

@@ -7,8 +7,9 @@ import math
 from datetime import datetime
 
 import httpx
+import pytest
 
-from gym_failures.model_endpoint import ModelEndpoint, ModelEndpointPlan, Quota
+from gym_failures.model_endpoint import ModelEndpoint, ModelEndpointPlan, Quota, _quota
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "one two three four"}]}
 MESSAGES = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "one two"}]}
@@ -50,19 +51,41 @@ async def test_the_tokens_quota_and_anthropics_headers() -> None:
     assert second.json()["type"] == "error"  # Anthropic's error shape
 
 
-async def test_a_refused_request_takes_nothing_from_the_bucket() -> None:
+class _Clock:
+    """The buckets' monotonic clock in a test: it moves only when the test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    """The quota module's clock, held still: a wait is exact however long the test takes to run."""
+    held = _Clock()
+    monkeypatch.setattr(_quota, "time", held)
+    return held
+
+
+async def test_a_refused_request_takes_nothing_from_the_bucket(clock: _Clock) -> None:
     quota = Quota(rpm=1, tpm=1000)
     assert quota.take(1, anthropic=False).wait_s is None
     refused = [quota.take(1, anthropic=False).wait_s for _ in range(3)]
-    assert all(wait is not None and wait > 59 for wait in refused)
+    assert refused == [60.0, 60.0, 60.0]
+    clock.now += 30
+    assert quota.take(1, anthropic=False).wait_s == 30.0
+    clock.now += 30
+    assert quota.take(1, anthropic=False).wait_s is None
 
 
-async def test_a_request_over_the_whole_quota_waits_for_a_full_bucket() -> None:
+async def test_a_request_over_the_whole_quota_waits_for_a_full_bucket(clock: _Clock) -> None:
     quota = Quota(tpm=10)
     assert quota.take(500, anthropic=False).wait_s is None  # charged the quota's size
-    wait = quota.take(500, anthropic=False).wait_s
-    assert wait is not None
-    assert 59 < wait <= 60
+    assert quota.take(500, anthropic=False).wait_s == 60.0
+    clock.now += 30
+    assert quota.take(500, anthropic=False).wait_s == 30.0
 
 
 async def test_a_global_latency_and_pacing_delay_every_reply() -> None:

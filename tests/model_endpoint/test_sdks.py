@@ -322,8 +322,9 @@ def test_the_sdks_retry_waits_the_retry_after_and_every_attempt_is_observed(
                 model="c", max_tokens=8, messages=MESSAGES, extra_headers=header
             )
         waited = time.monotonic() - started
-    # The SDKs add no jitter to a Retry-After they honour; without it they back off 0.5 s at most.
-    assert 1.0 <= waited < 3.0
+    # Without the Retry-After the SDKs back off 0.5 s at most: a wait of 1 s or more is the header's.
+    # (No upper bound: how much longer the retry took says how busy the machine is, not what the SDK did.)
+    assert waited >= 1.0
     assert [event.failure_kind for event in log.report.events.values()] == ["provider_quota_exhausted"]
 
 

@@ -67,8 +67,10 @@ from gym_failures.redaction import register_secret
 
 REASON_LEN = 200
 """Characters in the reason of each observed failure."""
-SLOW_S = 1.5
-"""How long the model's `timeout` mode takes to answer: longer than any agent timeout a test sets."""
+SLOW_S = 5.0
+"""How long the model's `timeout` mode takes to answer: over 10 times any agent timeout a test sets (0.3
+and 0.4 s), so the agent's timeout fires first however busy the machine; a shutdown waits for none of it
+longer than `timeout_graceful_shutdown`."""
 SDK_CANARY = "sk-CANARY-sdk-9b2c"
 """The secret the fake provider SDK repeats in its error (its `message` and its `str()`)."""
 PARENT_PID_ENV = "MULTIHOP_PARENT_PID"

@@ -269,12 +269,22 @@ asyncio.run(run)
 async def test_a_driver_killed_mid_run_resumes_elsewhere_without_loss_or_duplicates(
     tmp_path: Path, agent_url: str, ray_address: str, killed: str, resumed: str
 ) -> None:
-    tasks = [{"mode": ("retry_then_ok", "always_fail", "ok")[i % 3], "sleep": 0.05} for i in range(60)]
+    # The last 20 tasks wait at a gate until the kill: the run is mid-way when killed by construction
+    # (the first 40 write at least 40 rows and at most 80, then the gated ones hold every slot).
+    gate = tmp_path / "gate"
+    tasks = [
+        {
+            "mode": ("retry_then_ok", "always_fail", "ok")[i % 3],
+            "sleep": 0.05,
+            **({"until": str(gate)} if i >= 40 else {}),
+        }
+        for i in range(60)
+    ]
     config = _config(tmp_path / "out", agent_url, tasks)
     arguments = [str(config.input_path), str(config.output_path), agent_url, killed, ray_address]
     process = subprocess.Popen([sys.executable, "-c", _RAY_SCRIPT, *arguments], cwd=ROOT)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 60  # a hang guard
         while time.monotonic() < deadline and len(rows_of(config)) < 25:
             await asyncio.sleep(0.02)
         os.kill(process.pid, signal.SIGKILL)
@@ -283,6 +293,7 @@ async def test_a_driver_killed_mid_run_resumes_elsewhere_without_loss_or_duplica
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+        gate.touch()
     before = rows_of(config)
     assert 25 <= len(before) < 100, "the kill must land mid-run"
     if resumed == "ray":
@@ -362,7 +373,7 @@ def test_ctrl_c_stops_the_workers_and_the_local_ray_the_run_started(tmp_path: Pa
     assert process.returncode == 130
     assert b"Traceback" not in stderr
     assert started, "the run started Ray processes"
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # a hang guard
     while time.monotonic() < deadline and any(_alive(pid) for pid in started):
         time.sleep(0.1)
     assert [pid for pid in started if _alive(pid)] == []

@@ -221,7 +221,7 @@ def test_ctrl_c_against_a_cluster_ends_the_runs_workers_and_leaves_the_cluster_u
     interrupted = _rows(output)
     assert len(interrupted) < 80, "the run stopped early"
 
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # a hang guard
     while time.monotonic() < deadline and workers & set(_in_session(cluster.session)):
         time.sleep(0.1)
     assert workers.isdisjoint(_in_session(cluster.session)), "the run's worker processes are gone"

@@ -18,12 +18,11 @@ from tests.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = {"ok": 6, "terminal": 3, "raise": 2}
-SLOW_S = 3.0
-"""How long one task keeps the collection running while the test scrapes it."""
 
 
 def _scrape(port: int) -> str | None:
     try:
+        # speed-ok: one probe of a poll with a 60 s hang guard: a slow probe is asked again
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
             text: str = reply.read().decode()
             return text
@@ -46,7 +45,9 @@ def _completed(text: str) -> dict[str, float]:
 def test_metrics_are_served_while_collect_runs(tmp_path: Path, agent_url: str) -> None:
     tasks = tmp_path / "tasks.jsonl"
     lines: list[dict[str, object]] = [{"mode": mode} for mode, count in FAST.items() for _ in range(count)]
-    lines.append({"mode": "ok", "sleep": SLOW_S})
+    # One task the agent holds until the test opens its gate: the collection runs while it is scraped.
+    gate = tmp_path / "gate"
+    lines.append({"mode": "ok", "until": str(gate)})
     tasks.write_text("".join(json.dumps(line) + "\n" for line in lines))
     port = free_port()
     command = [sys.executable, "-m", "gym_failures.cli", "collect", str(tasks), "--agent-url", agent_url]
@@ -55,7 +56,7 @@ def test_metrics_are_served_while_collect_runs(tmp_path: Path, agent_url: str) -
     try:
         expected = {"scored": float(FAST["ok"]), "failed": float(FAST["terminal"] + FAST["raise"])}
         text = None
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # a hang guard: the gated task holds the run open until then
         while time.monotonic() < deadline and process.poll() is None:
             text = _scrape(port)
             if text is not None and _completed(text) == expected:
@@ -80,8 +81,10 @@ def test_metrics_are_served_while_collect_runs(tmp_path: Path, agent_url: str) -
             labels["nemo_gym_failure_class"] in {"model", "evaluation", "unknown"} for labels in failed
         )
         assert agent_url.split("//")[1] not in text  # the agent's address is never a label
-        _, stderr = process.communicate(timeout=30)
+        gate.touch()
+        _, stderr = process.communicate(timeout=60)
     finally:
+        gate.touch()
         if process.poll() is None:
             process.kill()
             process.communicate()
