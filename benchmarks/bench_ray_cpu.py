@@ -94,15 +94,16 @@ async def main():
 
 
 @contextlib.contextmanager
-def _canned_agent(kb: int) -> Iterator[str]:
-    """An agent that answers every `/run` at once with the same reply of about `kb` KiB."""
+def _canned_agent(kb: int) -> Iterator[tuple[str, int]]:
+    """An agent that answers every `/run` at once with the same reply of about `kb` KiB: its URL
+    and its process id."""
     from tests.processes import free_port, stop, wait_listening
 
     port = free_port()
     process = subprocess.Popen([sys.executable, "-c", _CANNED_AGENT, str(port), str(kb)])
     try:
         wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", process.pid
     finally:
         stop(process)
 
@@ -264,7 +265,8 @@ def _cpu_per_row(directory: Path) -> tuple[str, dict[str, Any]]:
 
 def _cpu_bound(directory: Path) -> tuple[str, dict[str, Any]]:
     """Part 2: large replies, no delay: throughput of one process against two Ray workers."""
-    with _canned_agent(LARGE_REPLY_KB) as agent:
+    with _canned_agent(LARGE_REPLY_KB) as (agent, agent_pid):
+        agent_started = _process_cpu(agent_pid)
         pool, pids, _ = _pool()
         try:
             asyncio.run(collect_on_ray(_config(directory, agent, 32), workers=pool))  # warm the pool
@@ -287,6 +289,8 @@ def _cpu_bound(directory: Path) -> tuple[str, dict[str, Any]]:
                 ]
                 for samples, run, watched in subjects[index % 3 :] + subjects[: index % 3]:
                     samples.append(_measured(run, watched))
+            # The agent's CPU per row, over every row it answered (the warm-up's too).
+            agent_ms = (_process_cpu(agent_pid) - agent_started) / (ROLLOUTS * (3 * ROUNDS + 1)) * 1000
         finally:
             pool.close()
     rate = {
@@ -319,13 +323,22 @@ def _cpu_bound(directory: Path) -> tuple[str, dict[str, Any]]:
         "target",
     )
     per_row = 1000 / ROLLOUTS
+    local_ms = _median([s.own_cpu for s in local]) * per_row
+    workers_ms = _median([s.workers_cpu for s in pooled]) * per_row
+    driver_ms = _median([s.own_cpu for s in pooled]) * per_row
+    # What two free cores allow, from CPU alone (load-independent where wall time is not): the local
+    # collector is bound by its one core (the agent runs beside it on the other), a Ray run by the
+    # two cores its workers, driver and agent share.
+    local_bound = 1000 / max(local_ms, agent_ms)
+    ray_bound = 2000 / (workers_ms + driver_ms + agent_ms)
     cpu = (
-        f"CPU per row (ms, medians): local {_median([s.own_cpu for s in local]) * per_row:.3f}; "
-        f"pool: workers {_median([s.workers_cpu for s in pooled]) * per_row:.3f}, "
-        f"driver {_median([s.own_cpu for s in pooled]) * per_row:.3f}. "
+        f"CPU per row (ms, medians): local {local_ms:.3f}; pool: workers {workers_ms:.3f}, "
+        f"driver {driver_ms:.3f}; the agent {agent_ms:.3f}. From CPU alone, on two free cores: local "
+        f"{local_bound:.0f} rows/s, Ray {ray_bound:.0f} rows/s, **{ray_bound / local_bound:.2f}x**. "
         f"Load average (1 min) over the rounds: {min(loads):.1f} to {max(loads):.1f}."
     )
     raw = {**{f"{name}_rows_per_s": values for name, values in rate.items()}, "loads": loads}
+    raw["cpu_ms_local_workers_driver_agent"] = [local_ms, workers_ms, driver_ms, agent_ms]
     return f"{markdown_table(header, rows)}\n\n{cpu}", raw
 
 

@@ -41,6 +41,17 @@ Decisions:
   are all final first just ends the workers that never started.
 - The workers need `gym-failures[aiohttp]` installed where they run (the cluster's image); no
   runtime environment is shipped.
+- An exchange answers once it has a row and, for at most `_LINGER_S` (5 ms) more, until it has a
+  quarter of the worker's concurrency (or nothing else is running): a Ray call costs about half a
+  millisecond of CPU on each side, and paying it per row was most of what a worker cost beyond the
+  local collector. Half the concurrency again waits in the worker, so its slots stay busy meanwhile.
+  Rows go back in the order their attempts finished; a row waits at most 5 ms more.
+- A success row goes back encoded, as the line the driver writes (`_EncodedRow`: the row with the
+  agent URL's secrets replaced, by `RowWriter`'s rule, with its telemetry outcome): encoding a large
+  reply's row is most of its cost, and the one driver would otherwise pay it for every worker. The
+  driver asks for it only while no secret is registered in its process (`register_secret`, which a
+  worker cannot see); a row encoded before a registration is decoded and saved as any row. Failure
+  rows always go back whole: the driver adds their retry wait.
 - Workers live for one run (a number of workers: the run makes its own `RayWorkers` and closes it),
   or across runs (a `RayWorkers` pool the caller keeps open). A worker holds one run's state at a
   time, keyed by a token new each run (the manifest's run id survives a resume), opened by the run's
