@@ -91,7 +91,6 @@ from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED
 from gym_failures.failures import CollectionFailure, exception_type_name
 from gym_failures.ray import gym_failure_of
 from gym_failures.redaction import has_registered_secrets, redact, redact_values, url_secrets
-from gym_failures.rows import _encoded as encoded_row
 from gym_failures.rows import rollout_id
 from gym_failures.telemetry import CollectionProgress, RolloutOutcome, record_rollout, rollout_outcome
 
@@ -150,7 +149,7 @@ class _EncodedRow(AttemptRow):
             retry_hint_s=attempt.retry_hint_s,
             transport_kind=attempt.transport_kind,
             persisted=attempt.persisted,
-            line=encoded_row(redact_values(row, secrets)),
+            line=RowWriter.encode(redact_values(row, secrets)),
             outcome=rollout_outcome(row),
         )
 
@@ -504,7 +503,7 @@ class RayCollector(Collector):
             return
         # `Collector._save`, with the line and its outcome as the worker made them.
         try:
-            _write_line(writer, encoded.line)
+            writer.write_line(encoded.line)
         except BaseException:
             if dispatched:
                 omitted = RolloutOutcome("omitted", final=False)
@@ -753,14 +752,6 @@ async def _answered(worker: Any) -> None:
             await asyncio.sleep(0.05)
         else:
             return
-
-
-def _write_line(writer: RowWriter, line: bytes) -> None:
-    """`RowWriter.write` of a line already encoded: one `write` call per line, as there."""
-    view = memoryview(line)
-    while view:
-        written = os.write(writer._fd, view)
-        view = view[written:]
 
 
 def _decoded(encoded: _EncodedRow) -> AttemptRow:
