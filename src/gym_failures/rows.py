@@ -531,7 +531,17 @@ class RowWriter:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, row: Mapping[str, Any]) -> None:
-        view = memoryview(_encoded(row))
+        self.write_line(_encoded(row))
+
+    @staticmethod
+    def encode(row: Mapping[str, Any]) -> bytes:
+        """`row` as the line `write` writes (its newline included), for a process that encodes rows
+        another writes (`write_line`): a Ray worker's rows, written by the driver."""
+        return _encoded(row)
+
+    def write_line(self, line: bytes) -> None:
+        """Append `line`, a row `encode` made, as it is: one `write` call, as `write`."""
+        view = memoryview(line)
         while view:
             written = os.write(self._fd, view)
             view = view[written:]

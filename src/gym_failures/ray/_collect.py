@@ -41,6 +41,17 @@ Decisions:
   are all final first just ends the workers that never started.
 - The workers need `gym-failures[aiohttp]` installed where they run (the cluster's image); no
   runtime environment is shipped.
+- An exchange answers once it has a row and, for at most `_LINGER_S` (5 ms) more, until it has a
+  quarter of the worker's concurrency (or nothing else is running): a Ray call costs about half a
+  millisecond of CPU on each side, and paying it per row was most of what a worker cost beyond the
+  local collector. Half the concurrency again waits in the worker, so its slots stay busy meanwhile.
+  Rows go back in the order their attempts finished; a row waits at most 5 ms more.
+- A success row goes back encoded, as the line the driver writes (`_EncodedRow`: the row with the
+  agent URL's secrets replaced, by `RowWriter`'s rule, with its telemetry outcome): encoding a large
+  reply's row is most of its cost, and the one driver would otherwise pay it for every worker. The
+  driver asks for it only while no secret is registered in its process (`register_secret`, which a
+  worker cannot see); a row encoded before a registration is decoded and saved as any row. Failure
+  rows always go back whole: the driver adds their retry wait.
 - Workers live for one run (a number of workers: the run makes its own `RayWorkers` and closes it),
   or across runs (a `RayWorkers` pool the caller keeps open). A worker holds one run's state at a
   time, keyed by a token new each run (the manifest's run id survives a resume), opened by the run's
@@ -56,9 +67,11 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import json
 import os
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -70,12 +83,13 @@ from gym_failures.collection._collector import Collector, dispatcher_for
 from gym_failures.collection._dispatcher import AttemptDispatcher
 from gym_failures.collection._pacing import Clock
 from gym_failures.collection._resume import PendingRollout
+from gym_failures.collection._schedule import Retry
 from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED
 from gym_failures.failures import CollectionFailure, exception_type_name
 from gym_failures.ray._failures import gym_failure_of
-from gym_failures.redaction import redact
+from gym_failures.redaction import has_registered_secrets, redact, redact_values, url_secrets
 from gym_failures.rows import rollout_id
-from gym_failures.telemetry import CollectionProgress
+from gym_failures.telemetry import CollectionProgress, RolloutOutcome, record_rollout, rollout_outcome
 
 _Work = tuple[int, PendingRollout, int]
 """An attempt sent to a worker: its ticket (unique in the run), the rollout, the attempt number."""
@@ -87,6 +101,58 @@ aiohttp and the collector; longer on a busy node), whatever the attempt timeout.
 _EXCHANGE_GRACE_S = 30.0
 """Beyond the attempt timeout, how long an exchange may take before its worker counts as lost: a
 worker holding attempts answers within the attempt timeout, as each attempt is bounded by it."""
+
+_LINGER_S = 0.005
+"""Once an exchange has a row, how long it waits for more (`_batch_size`) before it answers: a Ray
+call costs about half a millisecond of CPU on each side, paid once for the rows it carries. Each row
+waits at most this long more to reach the driver; the worker's slots stay busy meanwhile, as
+attempts wait in the worker to take any slot that frees (`_queued_beyond`)."""
+
+
+def _batch_size(concurrency: int) -> int:
+    """The rows an exchange waits for (at most `_LINGER_S`) once it has one: a quarter of the
+    worker's concurrency."""
+    return max(1, concurrency // 4)
+
+
+def _queued_beyond(concurrency: int) -> int:
+    """How many attempts wait in a worker beyond those it runs, so that no slot idles for an
+    exchange's round trip and its linger: half its concurrency."""
+    return max(1, concurrency // 2)
+
+
+@dataclass(frozen=True)
+class _EncodedRow(AttemptRow):
+    """A success row, encoded in the worker as the line the driver writes: the driver writes `line`
+    as it is and counts `outcome`, so the row's encoding (most of a large reply's cost) is spread
+    over the workers rather than paid by the one driver. `row` keeps the row's small keys only (its
+    `result` and `response` are in `line`).
+
+    The line is what the driver's `_save` would write: the row with the agent URL's secrets
+    replaced (`redact_values`), encoded by `RowWriter`'s rule. The driver asks for it only while it
+    has no secret of its own registered (`has_registered_secrets`), which a worker cannot know."""
+
+    line: bytes = b""
+    outcome: RolloutOutcome | None = None
+
+    @classmethod
+    def of(cls, attempt: AttemptRow, secrets: list[str]) -> _EncodedRow:
+        row = attempt.row
+        return cls(
+            {key: value for key, value in row.items() if key not in _LARGE_KEYS},
+            succeeded=attempt.succeeded,
+            final=attempt.final,
+            dispatch_error=attempt.dispatch_error,
+            retry_hint_s=attempt.retry_hint_s,
+            transport_kind=attempt.transport_kind,
+            persisted=attempt.persisted,
+            line=RowWriter.encode(redact_values(row, secrets)),
+            outcome=rollout_outcome(row),
+        )
+
+
+_LARGE_KEYS = frozenset({"result", "response"})
+"""A success row's keys an `_EncodedRow` carries in its line only."""
 
 
 class RayJoinError(RuntimeError):
@@ -105,10 +171,17 @@ class _WorkerRun:
     """One run's state in a worker: its `AttemptDispatcher` (the client session for that run's config),
     at most `concurrency` attempts at once, and the rows finished since the last exchange."""
 
-    def __init__(self, key: str, config: CollectionConfig, run_id: str) -> None:
+    def __init__(self, key: str, config: CollectionConfig, dispatcher: AttemptDispatcher) -> None:
         self.key = key
-        self.dispatcher = dispatcher_for(config, run_id)
+        self.dispatcher = dispatcher
         self.slots = asyncio.Semaphore(config.concurrency)
+        self.batch = _batch_size(config.concurrency)
+        """An exchange waits (at most `_LINGER_S`) for this many rows once it has one."""
+        self.secrets = url_secrets(config.agent_url)
+        self.agent_name = config.agent_name
+        self.encode = False
+        """Whether success rows go back as the line the driver writes (`_EncodedRow`): the driver
+        asks for it with each exchange, as long as it has no secret of its own registered."""
         self.done: list[tuple[int, AttemptRow]] = []
         self.ready = asyncio.Event()
         self.running: set[asyncio.Task[None]] = set()
@@ -130,8 +203,28 @@ class _WorkerRun:
                 # `row` records every failed attempt itself; this is a fault of the worker, and
                 # an attempt without its row would hold its rollout forever.
                 row = self.dispatcher.failure_row(rollout, attempt, _lost(error, rollout, attempt))
+        if self.encode and row.succeeded and row.final and row.persisted:
+            row = _EncodedRow.of(row, self.secrets)
         self.done.append((ticket, row))
         self.ready.set()
+
+    async def fill(self) -> None:
+        """Once a row is done, wait up to `_LINGER_S` for `batch` rows (or for every attempt held
+        here to end): one exchange then carries several rows, and the Ray call's cost, on both
+        sides, is paid once for them."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _LINGER_S
+        while len(self.done) < self.batch and not self.closed and self._unfinished():
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            self.ready.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.ready.wait(), left)
+
+    def _unfinished(self) -> bool:
+        """Whether an attempt held here has no row yet."""
+        return any(not task.done() for task in self.running)
 
     async def close(self) -> None:
         """End the run here: its attempts still running are cancelled (the driver has no use for their
@@ -158,18 +251,19 @@ class _AttemptWorker:
         """Made anew when Ray restarts the worker: what it held before is gone."""
 
     async def exchange(
-        self, key: str, config: CollectionConfig, run_id: str, work: list[_Work]
+        self, key: str, config: CollectionConfig, run_id: str, work: list[_Work], encode: bool = False
     ) -> tuple[str, list[tuple[int, AttemptRow]]]:
         """Start `work` (attempts of run `key`, whose config and run id come with each exchange: the
-        worker may be new to the run, or restarted), then wait for at least one row and return every
-        row finished since the last exchange (with its ticket), beside this incarnation's token;
-        nothing to wait for returns at once."""
+        worker may be new to the run, or restarted), then wait for at least one row (and a moment
+        for more, `_WorkerRun.fill`) and return every row finished since the last exchange (with its
+        ticket), in the order they finished, beside this incarnation's token; nothing to wait for
+        returns at once. `encode`: success rows come back as the driver's line (`_EncodedRow`)."""
         if key in self._ended:
             return self._incarnation, []
         run = self._run
         if run is None or run.key != key:
             # No await between the test and the set: a concurrent exchange of the same run finds it.
-            stale, run = run, _WorkerRun(key, config, run_id)
+            stale, run = run, _WorkerRun(key, config, self.dispatcher(config, run_id))
             self._run = run
             if stale is not None:
                 self._ended.append(stale.key)
@@ -177,9 +271,12 @@ class _AttemptWorker:
         await run.opened
         if run.closed:
             return self._incarnation, []
+        run.encode = encode
         run.start(work)
         if not run.done and run.running:
             await run.ready.wait()
+        if run.done:
+            await run.fill()
         done, run.done = run.done, []
         if not run.closed:
             run.ready.clear()
@@ -193,12 +290,22 @@ class _AttemptWorker:
             self._run = None
             await run.close()
 
+    def dispatcher(self, config: CollectionConfig, run_id: str) -> AttemptDispatcher:
+        """The dispatcher of a run's attempts here (the benchmarks put one of their own in its place)."""
+        return dispatcher_for(config, run_id)
+
     def ready(self) -> bool:
         return True
 
-    def state(self) -> dict[str, Any]:
-        """This worker's process id and the key of the run it holds open (None: none), for tests."""
-        return {"pid": os.getpid(), "run": None if self._run is None else self._run.key}
+    async def state(self) -> dict[str, Any]:
+        """This worker's process id, the key of the run it holds open (None: none) and its event
+        loop's class (`uvloop.Loop` when uvloop is installed), for tests and operators."""
+        loop = type(asyncio.get_running_loop())
+        return {
+            "pid": os.getpid(),
+            "run": None if self._run is None else self._run.key,
+            "loop": f"{loop.__module__}.{loop.__qualname__}",
+        }
 
 
 class RayWorkers:
@@ -212,6 +319,9 @@ class RayWorkers:
     pool never ends its workers; one run at a time: a second run while one is going raises
     `RuntimeError`.
     """
+
+    _body: type[Any] = _AttemptWorker
+    """The workers' actor class (the benchmarks put one of their own in its place)."""
 
     def __init__(self, workers: int = 2, *, address: str | None = None) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -241,7 +351,7 @@ class RayWorkers:
             if _SharedRay.started_here:
                 _SharedRay.users += 1
                 self._started_ray = True
-            actor = ray.remote(_AttemptWorker).options(
+            actor = ray.remote(self._body).options(
                 num_cpus=1,
                 # A run's exchange, the end of the run before it, `ready` and `state` may overlap.
                 max_concurrency=8,
@@ -357,6 +467,8 @@ class RayCollector(Collector):
         self._changed = asyncio.Condition()
         self._backing_off: set[asyncio.Task[None]] = set()
         """Rollouts waiting out their backoff or hint, each put back in the queue when it ends."""
+        self._encoded: _EncodedRow | None = None
+        """The worker-encoded row `record_attempt` is saving, for `_save`."""
 
     async def run(self) -> CollectionSummary:
         # The workers start (a process each) while the driver takes its lock, reads the tasks and
@@ -366,6 +478,39 @@ class RayCollector(Collector):
 
     def in_flight(self) -> int:
         return self.worker_count * self.config.concurrency
+
+    def record_attempt(self, outcome: AttemptRow, successes: RowWriter, failures: RowWriter) -> Retry | None:
+        """The collector's own `record_attempt`; a row the worker encoded (`_EncodedRow`) is written
+        as the worker encoded it (`_save`), unless a secret was registered here since it was asked
+        for: then it is decoded, and saved as any row, redacted here."""
+        if not isinstance(outcome, _EncodedRow):
+            return super().record_attempt(outcome, successes, failures)
+        if has_registered_secrets():
+            return super().record_attempt(_decoded(outcome), successes, failures)
+        self._encoded = outcome
+        try:
+            return super().record_attempt(outcome, successes, failures)
+        finally:
+            self._encoded = None
+
+    def _save(self, writer: RowWriter, row: dict[str, Any], *, dispatched: bool = True) -> None:
+        encoded = self._encoded
+        if encoded is None or row is not encoded.row or encoded.outcome is None:
+            super()._save(writer, row, dispatched=dispatched)
+            return
+        # `Collector._save`, with the line and its outcome as the worker made them.
+        try:
+            writer.write_line(encoded.line)
+        except BaseException:
+            if dispatched:
+                omitted = RolloutOutcome("omitted", final=False)
+                record_rollout(omitted, self.config.agent_name)
+                self.progress.add(omitted)
+            raise
+        if dispatched:
+            record_rollout(encoded.outcome, self.config.agent_name)
+        self.progress.add(encoded.outcome, dispatched=dispatched)
+        self._progress()
 
     async def dispatch_rollouts(
         self, rollouts: list[PendingRollout], successes: RowWriter, failures: RowWriter
@@ -464,7 +609,7 @@ class RayCollector(Collector):
         sent: dict[int, tuple[PendingRollout, int]] = {}
         retries: collections.deque[tuple[PendingRollout, int]] = collections.deque()
         # A few more than the worker runs at once wait in the worker, so no slot idles for a round trip.
-        capacity = self.config.concurrency + max(1, self.config.concurrency // 4)
+        capacity = self.config.concurrency + _queued_beyond(self.config.concurrency)
         incarnation: str | None = None
         while True:
             work: list[_Work] = []
@@ -485,7 +630,9 @@ class RayCollector(Collector):
             gone: BaseException | None = None
             try:
                 token, done = await asyncio.wait_for(
-                    worker.exchange.remote(self._key, self.config, self.run_id, work),
+                    worker.exchange.remote(
+                        self._key, self.config, self.run_id, work, not has_registered_secrets()
+                    ),
                     self.config.timeout_s + _EXCHANGE_GRACE_S,
                 )
             except (ray.exceptions.RayError, TimeoutError) as error:
@@ -602,6 +749,19 @@ async def _answered(worker: Any) -> None:
             await asyncio.sleep(0.05)
         else:
             return
+
+
+def _decoded(encoded: _EncodedRow) -> AttemptRow:
+    """A worker-encoded row as the row it encodes, to be saved (and redacted) as any row."""
+    return AttemptRow(
+        json.loads(encoded.line),
+        succeeded=encoded.succeeded,
+        final=encoded.final,
+        dispatch_error=encoded.dispatch_error,
+        retry_hint_s=encoded.retry_hint_s,
+        transport_kind=encoded.transport_kind,
+        persisted=encoded.persisted,
+    )
 
 
 def _restarted_row(lost: AttemptDispatcher, rollout: PendingRollout, attempt: int) -> AttemptRow:
