@@ -292,7 +292,7 @@ async def test_an_agent_down_ends_the_run_whatever_time_the_clock_starts_at(
     tmp_path: Path, start: float
 ) -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    config = _config(tmp_path, url, [{"mode": "ok"}] * 2, wait_ready_s=5)
+    config = _config(tmp_path, url, [{"mode": "ok"}] * 2, wait_ready_s=5)  # speed-ok: on the test's own clock
     clock = BoundedClock(start)
     with pytest.raises(AgentDown):
         await collect(config, clock=clock)
@@ -312,7 +312,7 @@ async def test_a_fault_of_the_readiness_probe_ends_the_run_rather_than_leaving_i
             raise RuntimeError("the clock broke")
 
     url = f"http://127.0.0.1:{free_port()}"
-    config = _config(tmp_path, url, [{"mode": "ok"}] * 2, wait_ready_s=5)
+    config = _config(tmp_path, url, [{"mode": "ok"}] * 2, wait_ready_s=5)  # speed-ok: on the test's own clock
     run = asyncio.ensure_future(collect(config, clock=BrokenClock()))
     # No wait on the real clock: the probe's wait reads the clock before it probes, so the run
     # has no I/O in flight when it fails, and ends within a bounded number of turns of the event
