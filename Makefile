@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 # CLI's tables); the checks install the dev and docs extras. Each reinstalls when pyproject changes.
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
 .PHONY: test lint typecheck unit docs chromium nemo-gym nemo-gym-test bench fuzz demo clean
 
@@ -76,8 +77,15 @@ fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/fuzz tests/test_failure_header.py tests/test_redaction.py tests/test_rows.py \
 	  tests/test_nemo_gym.py::test_the_summarys_sql_counts_every_row_as_python_reads_it
 
+# The benchmark extra: llmock for the side-by-side endpoint figures, and uvloop with httptools, so
+# each loop and parser is measured as the extras that run them install it (the ray extra's workers
+# and `collect` on uvloop, `serve model` and the middleware on uvloop + httptools beside asyncio + h11).
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,benchmark]'
+	touch $(BENCH_STAMP)
+
 # wrk drives the under-uvicorn middleware figures; without it (no root, no apt) they are skipped.
-bench: $(STAMP)
+bench: $(BENCH_STAMP)
 	command -v wrk >/dev/null || apt-get install -y -qq wrk >/dev/null 2>&1 || echo "wrk unavailable: skipping the under-uvicorn figures"
 	$(BIN)/python -m benchmarks
 

@@ -75,3 +75,38 @@ def test_every_mapped_name_exists_here() -> None:
     mapping = _mapping()
     assert len(mapping) >= 100
     assert [ours for ours in mapping.values() if not _resolves(ours)] == []
+
+
+def _homes() -> set[str]:
+    """Every module and package directly under `gym_failures`, as the package docstring names them."""
+    return {
+        path.stem if path.is_file() else path.name
+        for path in SOURCE.iterdir()
+        if (path.suffix == ".py" and path.name != "__init__.py") or (path / "__init__.py").is_file()
+    }
+
+
+def _mapped_in_the_package_docstring() -> set[str]:
+    import ast
+
+    docstring = ast.get_docstring(ast.parse((SOURCE / "__init__.py").read_text(encoding="utf-8")))
+    assert docstring is not None
+    return set(re.findall(r"^    (\w+)(?:\.py|/) ", docstring, flags=re.MULTILINE))
+
+
+def _in_the_readme_table() -> set[str]:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Where things live", 1)[1].split("\n## ", 1)[0]
+    table = [line for line in section.splitlines() if line.startswith("| ")]
+    return set(re.findall(r"`gym_failures\.(\w+)`", "\n".join(table)))
+
+
+def test_the_package_docstring_maps_every_module_and_package() -> None:
+    assert _mapped_in_the_package_docstring() == _homes()
+
+
+def test_the_readmes_table_names_every_public_home_and_only_real_ones() -> None:
+    """ "Where things live" in the README names the public homes the package docstring maps: each
+    public top-level module or package once at least, and nothing that is not there."""
+    public = {home for home in _homes() if not home.startswith("_")}
+    assert _in_the_readme_table() == public

@@ -11,6 +11,7 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
     _classification.py              FailureClass, every kind's default class, classify_failure
     _classification_config.py       the classification configuration models (pydantic, loaded lazily)
     _quota_reset.py                 the reset time a provider_quota_exhausted reason names
+    failure_records.py    RECORDED  the validated records: FailureEvent, FailureReport, EpisodeFailure
     failures.py           RAISED    NgFailureEvent and its per-boundary subclasses; cause chains
     _failure_text.py                a failure's text made safe, redacted and cut to its bound
     _sdk_details.py                 sdk_error_details: what an adapter keeps of a foreign error
@@ -28,9 +29,14 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
     _stream_relay.py                relay_stream and sse_event: a stream passed on, its report read
     client/               READ      the caller: rebuild a reply's failure, map transport errors, retry
     _stream_reader.py     READ      the terminal SSE event of a relayed stream
+    failure_transport.py            the reference's transport names, re-exported from their homes
     rows.py               SAVED     the row contract: reading, writing, manifests
+    row_keys.py                     where a row keeps our bookkeeping (never a key NeMo Gym measures)
+    materialized.py                 a run's materialized inputs, in NeMo Gym's form
     collection/                     dispatch rollouts, save rows, attempt budgets, resume
     nemo_gym.py                     NeMo Gym's row keys and labels, read and written beside ours
+    nemo_gym_server.py              instrument(): a NeMo Gym server speaking gym-failures, unchanged
+    agent.py                        agent_app(): your own agent's POST /run route from one coroutine
     rollout_failure.py              the per-attempt record (NeMo Gym's RolloutFailure, version 1)
     wire_contract.py                the JSON Schemas of the header, the stream field and the rows
     ray/                            failures through Ray, and collection spread over Ray workers
@@ -40,6 +46,7 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
     telemetry/                      OpenTelemetry counters, span events and /metrics
     model_endpoint/                 an OpenAI- and Anthropic-compatible endpoint that fails on request
     demo/                           a local gym with injected faults (`make demo`)
+    _loop.py                        the event loop a command runs on: uvloop's when installed
 
 The core (`failure_kinds`, `failure_records`, `failures`, `failure_transport`, `reply`,
 `redaction`) needs only pydantic; every integration is an extra imported only when used.
