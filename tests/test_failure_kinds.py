@@ -618,6 +618,13 @@ class TestKindSets:
     def test_every_kind_has_a_default_class(self) -> None:
         assert set(_DEFAULT_CLASSIFICATION) == FAILURE_KINDS | GATE_DERIVED_KINDS
 
+    def test_every_kind_is_a_constant_the_documented_module_exports(self) -> None:
+        """A kind added to `_vocabulary` is reached as `failure_kinds.<NAME>`, in its `__all__`."""
+        import gym_failures.failure_kinds as documented
+
+        exported = {getattr(documented, name) for name in documented.__all__ if name.isupper()}
+        assert (FAILURE_KINDS | GATE_DERIVED_KINDS) - exported == set()
+
     def test_default_table_is_the_default_config(self) -> None:
         """The vocabulary's table, and NeMo Gym's own labels that have no shared name, classified."""
         assert _default_classification_config().by_failure_kind == {
