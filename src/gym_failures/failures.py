@@ -56,6 +56,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from gym_failures._request_context import current_request_secrets
 from gym_failures.failure_kinds import (
     GATE_DERIVED_KINDS,
     PROVIDER_QUOTA_EXHAUSTED,
@@ -129,7 +130,8 @@ def bounded_text(text: str, limit: int = _MAX_REASON) -> str:
 
 def _bounded_reason(text: str, limit: int = _MAX_REASON) -> str:
     # Redact before cutting, so a cut never leaves half a secret; pre-cut so redaction stays cheap.
-    return bounded_text(redact(text[: 4 * limit]), limit)
+    # Inside a request, its own credential values go too (`gym_failures._request_context`).
+    return bounded_text(redact(text[: 4 * limit], current_request_secrets()), limit)
 
 
 # The text fields of the details schemas and their bounds: cut (and the free-text one redacted)

@@ -18,6 +18,9 @@ raising it, such as a 429 that must stay a 429 (`reply_headers`):
 Servers without the middleware pass the request's ASGI scope (`scope=request.scope`) to these
 functions, so the request's credentials are known to the scrub as the middleware knows them.
 
+A record an app builds and serializes itself, outside these helpers, scrubs itself of the same
+values (`gym_failures._request_context`), with the same function (`scrub_text`).
+
 `reply_report` is the report after scrubbing, before fitting: what a reply's body carries
 (`BaseEpisodeResponse.failure_report` has no header to fit); `episode_response` builds that whole
 body, its `EpisodeFailure` reason scrubbed the same way. `reply_headers` and
@@ -35,10 +38,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from gym_failures._header import OMITTED_HEADER_VALUE, FailureHeader
+from gym_failures._request_context import scrub_text
 from gym_failures._request_log import RequestFailureLog
 from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureEvent, FailureReport
-from gym_failures.failures import NgFailureEvent, bounded_text
-from gym_failures.redaction import CUT_MARK, has_registered_secrets, redact
+from gym_failures.failures import NgFailureEvent
+from gym_failures.redaction import has_registered_secrets
 
 __all__ = [
     "FittedReport",
@@ -133,12 +137,7 @@ def scrub(report: FailureReport, secrets: Sequence[str]) -> FailureReport:
         return report
 
     def without_secrets(text: str, bound: int) -> str:
-        # A text cut at its bound may end in the first characters of a secret the cut went through;
-        # a registered secret can be anywhere, in any report that passes (a peer's too).
-        if not registered and not text.endswith(CUT_MARK) and not any(secret in text for secret in secrets):
-            return text
-        # The marker can be longer than the secret it replaces: cut again to keep the bound.
-        return bounded_text(redact(text, secrets), bound)
+        return scrub_text(text, secrets, bound, registered=registered)
 
     changed: dict[str, FailureEvent] = {}
     for event_id, event in report.events.items():
