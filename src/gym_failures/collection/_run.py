@@ -656,6 +656,9 @@ def _pending(
                 continue
             if key not in last or attempt >= last[key][0]:
                 last[key] = (attempt, row)
+        summary.invalid_lines += len(scan.invalid_lines)
+        summary.not_persisted_rows += scan.not_persisted
+        summary.scans.append(scan)
     reopenable = {"attempt_budget_exhausted", *(("terminal",) if config.retry_terminal else ())}
     for key, reasons in closed.items():
         if key in done:
@@ -664,9 +667,6 @@ def _pending(
             summary.reopened += 1
         else:
             done.add(key)
-        summary.invalid_lines += len(scan.invalid_lines)
-        summary.not_persisted_rows += scan.not_persisted
-        summary.scans.append(scan)
     rollouts: list[PendingRollout] = []
     closing: list[dict[str, Any]] = []
     for item in inventory:
