@@ -8,6 +8,8 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
 
     failures.py           RAISED    NgFailureEvent and its per-boundary subclasses; cause chains
     _request_log.py       OBSERVED  the per-request log (what a request saw besides its own failure)
+    _request_context.py             the request being served, as a record sees it: the records scrub
+                                    its credentials from their texts, whoever serializes them
     reply.py              BUILT, SCRUBBED, FITTED, ENCODED: the one pipeline for every report a
                                     reply carries (header, stream field, body)
     redaction.py                    secrets: credential shapes, the request's own values, the
