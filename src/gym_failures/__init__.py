@@ -18,6 +18,8 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
     _retry_hints.py                 how long one failure says to wait before a retry
     _http_status.py                 HTTP status classes: evidence, error, client or server error
     _request_log.py       OBSERVED  the per-request log (what a request saw besides its own failure)
+    _request_context.py             the request being served, as a record sees it: the records scrub
+                                    its credentials from their texts, whoever serializes them
     reply.py              BUILT, SCRUBBED, FITTED, ENCODED: the one pipeline for every report a
                                     reply carries (header, stream field, body)
     _scrub.py                       the pipeline's scrub: the request's and registered secrets out

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gym_failures._request_context import current_request_secrets
 from gym_failures.failure_records import FailureDetails
 from gym_failures.redaction import CUT_MARK, redact
 
@@ -49,7 +50,8 @@ def bounded_text(text: str, limit: int = MAX_REASON) -> str:
 def bounded_reason(text: str, limit: int = MAX_REASON) -> str:
     """`text` redacted, made safe and cut to `limit`: what every free-text field of an event holds."""
     # Redact before cutting, so a cut never leaves half a secret; pre-cut so redaction stays cheap.
-    return bounded_text(redact(text[: 4 * limit]), limit)
+    # Inside a request, its own credential values go too (`gym_failures._request_context`).
+    return bounded_text(redact(text[: 4 * limit], current_request_secrets()), limit)
 
 
 def exception_type_name(error: BaseException | type[BaseException]) -> str:

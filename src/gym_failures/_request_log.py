@@ -28,10 +28,11 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gym_failures._request_context import CURRENT_REQUEST_LOG as REQUEST_CONTEXT_LOG
 from gym_failures._scrub import scrub
 from gym_failures.failure_records import FailureReport
 from gym_failures.failures import explicit_gym_failure
@@ -41,8 +42,10 @@ _MAX_ID = 128
 EMPTY_REPORT = FailureReport()
 """The report every new log starts with; never changed (a log replaces its report to add to it)."""
 
-CURRENT_REQUEST_LOG: ContextVar[RequestFailureLog | None] = ContextVar("ng_request_failure_log", default=None)
-"""The log of the request being served; `None` outside a Gym server request."""
+CURRENT_REQUEST_LOG = cast("ContextVar[RequestFailureLog | None]", REQUEST_CONTEXT_LOG)
+"""The log of the request being served; `None` outside a Gym server request. One ContextVar with
+`gym_failures._request_context.CURRENT_REQUEST_LOG`, where the records read the request's
+credentials (that module's docstring), typed here as the log it holds."""
 
 # One lock for every log: adding is rare and short, and a lock per log would cost every request.
 _LOCK = threading.Lock()
@@ -101,6 +104,11 @@ class RequestFailureLog:
     dropped_model_operations: int = field(default=0, init=False)
     request_scope: Mapping[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
     """The ASGI scope of the request this log belongs to, when a server middleware opened it."""
+    known_secrets: tuple[Mapping[str, Any], list[str]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    """The scope `request_secrets` last read and the credential values it found there: every record
+    made in the request asks (`gym_failures._request_context`)."""
     observed: bool = field(default=False, init=False, repr=False, compare=False)
     """Whether `add` kept anything (an event, or the omitted flag): the middleware asks on every reply,
     and a flag costs a tenth of reading the report's fields (measured: 0.08 us a request)."""
@@ -172,9 +180,18 @@ class RequestFailureLog:
         scope = self.request_scope
         if scope is None:
             return []
+        try:
+            # Left unset by `__init__`, so the success path pays nothing for it.
+            known = self.known_secrets
+        except AttributeError:
+            known = None
+        if known is not None and known[0] is scope:
+            return known[1]
         found = request_secrets(scope.get("headers") or (), scope.get("query_string") or b"")
         # A shorter value would match ordinary words in a reason; `redact` ignores it too.
-        return [secret for secret in found if len(secret) >= MIN_KNOWN_SECRET]
+        secrets = [secret for secret in found if len(secret) >= MIN_KNOWN_SECRET]
+        self.known_secrets = (scope, secrets)
+        return secrets
 
     @classmethod
     @contextlib.contextmanager

@@ -4,16 +4,17 @@ The "scrub" step of the reply pipeline (`gym_failures.reply`, which re-exports `
 the pipeline): a producer's reason may quote the request, so every report a server sends passes here
 with the request's credential values (`RequestFailureLog.request_secrets`) before it is fitted and
 encoded. It sits below both `gym_failures.reply` and the per-request log (`gym_failures._request_log`)
-so that neither imports the other back.
+so that neither imports the other back. A record an app builds and serializes itself scrubs its
+texts with the same function (`gym_failures._request_context.scrub_text`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gym_failures._failure_text import bounded_text
+from gym_failures._request_context import scrub_text
 from gym_failures.failure_records import FailureEvent, FailureReport
-from gym_failures.redaction import CUT_MARK, has_registered_secrets, redact
+from gym_failures.redaction import has_registered_secrets
 
 
 def scrub(report: FailureReport, secrets: Sequence[str]) -> FailureReport:
@@ -24,12 +25,7 @@ def scrub(report: FailureReport, secrets: Sequence[str]) -> FailureReport:
         return report
 
     def without_secrets(text: str, bound: int) -> str:
-        # A text cut at its bound may end in the first characters of a secret the cut went through;
-        # a registered secret can be anywhere, in any report that passes (a peer's too).
-        if not registered and not text.endswith(CUT_MARK) and not any(secret in text for secret in secrets):
-            return text
-        # The marker can be longer than the secret it replaces: cut again to keep the bound.
-        return bounded_text(redact(text, secrets), bound)
+        return scrub_text(text, secrets, bound, registered=registered)
 
     changed: dict[str, FailureEvent] = {}
     for event_id, event in report.events.items():

@@ -8,6 +8,16 @@ event, because the key carries it (a 4096-byte header has no room for every id t
 `_restore_event_ids` puts it back on the way in, and an event that does carry an id must carry its key.
 Every model drops fields that are `None` when serialized, so the wire form stays small and a
 `model_validate_json(model_dump_json())` round trip is exact.
+
+Inside a server request, no record carries the request's own credentials out, whoever serializes it
+(`gym_failures._request_context`): every free text (`EpisodeFailure.failure_reason`, a
+`FailureEvent`'s reason and operation, `SdkErrorDetails.message`,
+`SandboxFailureDetails.provider_status_reason`) is scrubbed of them, and of the registered secrets,
+when the record is serialized; the envelope and details records an app writes by hand are scrubbed
+when they are made too, so their attributes are safe to log. A `FailureEvent`, which a server decodes
+from every header it reads, is scrubbed when it leaves, not when it is made (a failure raised in the
+request, `NgFailureEvent`, is scrubbed where it is made). Outside a request, with nothing registered,
+a record is data and stays as it was.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from pydantic import (
     model_validator,
 )
 
+from gym_failures._request_context import known_values_removed, scrub_in_request, secrets_to_scrub
 from gym_failures.failure_kinds import FailureStage, require_failure_kind, validate_failure_kind
 
 _MAX_REASON = 2000
@@ -38,6 +49,21 @@ _MAX_NAME = 256
 def _without_none(data: Any) -> Any:
     if isinstance(data, dict):
         return {key: value for key, value in data.items() if value is not None}
+    return data
+
+
+def _scrubbed(data: Any, texts: tuple[tuple[str, int], ...]) -> Any:
+    """`data` (a record's serialized fields) with each of its free `texts` (`(key, bound)`) scrubbed of
+    the current request's credentials and the registered secrets (`scrub_in_request`)."""
+    if not isinstance(data, dict):
+        return data
+    found = secrets_to_scrub()
+    if found is None:
+        return data
+    for key, bound in texts:
+        value = data.get(key)
+        if isinstance(value, str):
+            data[key] = known_values_removed(value, found[0], bound)
     return data
 
 
@@ -73,9 +99,14 @@ class SdkErrorDetails(BaseModel):
     http_status: int | None = Field(default=None, ge=100, le=599)
     message: str = Field(max_length=_MAX_REASON)
 
+    @field_validator("message")
+    @classmethod
+    def _scrub_message(cls, value: str) -> str:
+        return scrub_in_request(value, _MAX_REASON)
+
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _without_none(handler(self))
+        return _scrubbed(_without_none(handler(self)), (("message", _MAX_REASON),))
 
 
 class ModelFailureDetails(BaseModel):
@@ -106,9 +137,14 @@ class SandboxFailureDetails(BaseModel):
     provider_status_reason: str | None = Field(default=None, max_length=_MAX_REASON)
     sandbox_id: str | None = Field(default=None, max_length=_MAX_NAME)
 
+    @field_validator("provider_status_reason")
+    @classmethod
+    def _scrub_reason(cls, value: str | None) -> str | None:
+        return None if value is None else scrub_in_request(value, _MAX_REASON)
+
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _without_none(handler(self))
+        return _scrubbed(_without_none(handler(self)), (("provider_status_reason", _MAX_REASON),))
 
 
 FailureDetails = SandboxFailureDetails | ModelFailureDetails
@@ -204,7 +240,10 @@ class FailureEvent(BaseModel):
 
     @model_serializer(mode="wrap")
     def _serialize_event(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _without_none(handler(self))
+        return _scrubbed(_without_none(handler(self)), _EVENT_TEXTS)
+
+
+_EVENT_TEXTS = (("failure_reason", _MAX_REASON), ("operation", _MAX_NAME))
 
 
 def validate_failure_event_map(events: Mapping[str, FailureEvent]) -> Mapping[str, FailureEvent]:
@@ -329,9 +368,14 @@ class EpisodeFailure(BaseModel):
     def _validate_failure_kind(cls, value: str | None) -> str | None:
         return validate_failure_kind(value)
 
+    @field_validator("failure_reason")
+    @classmethod
+    def _scrub_reason(cls, value: str) -> str:
+        return scrub_in_request(value, _MAX_REASON)
+
     @model_serializer(mode="wrap")
     def _serialize_failure(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _without_none(handler(self))
+        return _scrubbed(_without_none(handler(self)), (("failure_reason", _MAX_REASON),))
 
 
 class BaseEpisodeResponse(BaseModel):

@@ -50,6 +50,7 @@ __all__ = [
     "redact_values",
     "register_secret",
     "register_secret_pattern",
+    "registered_secrets",
     "request_secrets",
     "url_secrets",
     "url_without_secrets",
@@ -293,6 +294,11 @@ def forget_registered_secrets() -> None:
     global _REGISTERED_SECRETS, _REGISTERED_PATTERNS
     with _REGISTRY_LOCK:
         _REGISTERED_SECRETS, _REGISTERED_PATTERNS = frozenset(), ()
+
+
+def registered_secrets() -> frozenset[str]:
+    """The secrets registered so far (`register_secret`)."""
+    return _REGISTERED_SECRETS
 
 
 def has_registered_secrets() -> bool:

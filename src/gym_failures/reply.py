@@ -21,6 +21,9 @@ functions, so the request's credentials are known to the scrub as the middleware
 Scrubbing lives in `gym_failures._scrub` (re-exported here as `scrub`), below both this module and the
 per-request log, which scrubs the report it hands over (`RequestFailureLog.reply_report`).
 
+A record an app builds and serializes itself, outside these helpers, scrubs itself of the same
+values (`gym_failures._request_context`), with the same function (`scrub_text`).
+
 `reply_report` is the report after scrubbing, before fitting: what a reply's body carries
 (`BaseEpisodeResponse.failure_report` has no header to fit); `episode_response` builds that whole
 body, its `EpisodeFailure` reason scrubbed the same way. `reply_headers` and

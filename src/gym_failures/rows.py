@@ -327,16 +327,25 @@ def _first_of_each_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def parse_line(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
+def parse_line(line: bytes, *, first_line: bool = False) -> tuple[dict[str, Any] | None, str | None]:
     """One saved line as a row, or `None` and why it is none: every reader of rows (`read_rows`,
     `explain`, the HTML report's longest chain) reads a line this one way, as `summarize`'s SQL does.
 
     A line is a row when it is a JSON object of valid text: a line holding a lone surrogate escape
-    (`"\\ud800"`) is valid JSON but no text, and DuckDB reads it as no row of ours either. A key that
-    repeats keeps its first value, as DuckDB keeps it.
+    (`"\\ud800"`) is valid JSON but no text, and DuckDB reads it as no row of ours either. So is a
+    line that is not UTF-8, a surrogate encoded as bytes (`ED A0 80`) among them: `json.loads` of
+    bytes would read those with `surrogatepass`, as the lone surrogate, where DuckDB refuses the line.
+    A key that repeats keeps its first value, as DuckDB keeps it. A byte-order mark is read only at
+    the start of a file (`first_line`), as DuckDB reads it; anywhere else the line is no JSON.
     """
     try:
-        value = json.loads(line, object_pairs_hook=_first_of_each_key)
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    if first_line and text.startswith("\ufeff"):
+        text = text[1:]
+    try:
+        value = json.loads(text, object_pairs_hook=_first_of_each_key)
     except (ValueError, RecursionError) as error:
         return None, f"not JSON ({type(error).__name__})"
     if not isinstance(value, dict):
@@ -361,7 +370,7 @@ def read_rows(
                 scan.torn_tail = line
                 _LOGGER.warning("%s: torn last line (%d bytes) skipped", path, len(line))
                 return
-            row, _ = parse_line(line)
+            row, _ = parse_line(line, first_line=number == 1)
             if row is None:
                 if line.strip():
                     scan.invalid_lines.append(number)

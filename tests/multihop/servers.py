@@ -62,6 +62,7 @@ from gym_failures.failure_kinds import (
     MODEL_REQUEST_ERROR,
     MODEL_SERVER_ERROR,
 )
+from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, SdkErrorDetails
 from gym_failures.failure_transport import FailureHeader, observe_failure
 from gym_failures.redaction import register_secret
 
@@ -124,6 +125,8 @@ def _credentials(request: Request) -> tuple[str, str]:
         token += " password " + base64.b64decode(proxy[6:]).decode().partition(":")[2]
     if "sid" in request.cookies:
         token += " session " + request.cookies["sid"].strip('"')
+    if "x-api-key" in request.headers:
+        token += " key " + request.headers["x-api-key"]
     return token, request.query_params.get("api_key", "")
 
 
@@ -398,6 +401,36 @@ def _forwarded(request: Request, rid: str) -> tuple[str, dict[str, str]]:
     return (f"?{query}" if query else ""), headers
 
 
+_EPISODE_LOGGER = logging.getLogger("gym_failures.tests.agent")
+
+
+def _episode_serialized_by_the_app(
+    request: Request, rid: str, state: AgentState, constructed: bool
+) -> Response:
+    """A 200 episode body the handler builds and serializes itself, quoting the request's credentials
+    in every record it makes: no reply helper (`episode_response`) is on the way. `constructed`: the
+    envelope made with `model_construct` (no validation) and sent with `model_dump_json`."""
+    token, api_key = _credentials(request)
+    reason = f"{rid}: the episode refused credential {token} for account {api_key}"
+    state.raw_texts.append(reason)
+    failure = AgentFailure(
+        failure_kind=AGENT_RUN_ERROR,
+        failure_reason=reason,
+        operation_id=rid,
+        foreign_error=SdkErrorDetails(exception_type="SdkError", message=reason),
+    )
+    if constructed:
+        envelope = EpisodeFailure.model_construct(failure_reason=reason, terminal=True)
+        body = BaseEpisodeResponse.model_construct(failure=envelope, failure_report=failure.failure_report())
+        # Unvalidated, `envelope.failure_reason` is the raw text: only serializing it scrubs it.
+        return Response(body.model_dump_json(), media_type="application/json")
+    episode = EpisodeFailure(failure_kind=AGENT_RUN_ERROR, failure_reason=reason, terminal=True)
+    _EPISODE_LOGGER.error("%s: episode failed: %s", rid, episode.failure_reason)
+    return JSONResponse(
+        BaseEpisodeResponse(failure=episode, failure_report=failure.failure_report()).model_dump(mode="json")
+    )
+
+
 def agent_app(model_url: str) -> Starlette:
     """The agent server: `FailureReportMiddleware(boundary="agent")`, calling the model with aiohttp."""
     state = AgentState(model_url.rstrip("/"))
@@ -425,6 +458,8 @@ def agent_app(model_url: str) -> Starlette:
             text = f"{rid}: cannot start a run for {request.url} with headers {dict(request.headers)!r}"
             state.raw_texts.append(text)
             raise RuntimeError(text)
+        if agent_mode in ("episode", "episode_constructed"):
+            return _episode_serialized_by_the_app(request, rid, state, agent_mode == "episode_constructed")
         query, headers = _forwarded(request, rid)
         url = f"{state.model_url}/v1/responses{query}"
         payload = {"rid": rid, "mode": body.get("mode", "ok"), "observe": body.get("model_observe", 0)}

@@ -1,7 +1,8 @@
 """Canary secrets sent in a request's `Authorization` header (Bearer), `Proxy-Authorization` (Basic),
-a quoted cookie and the query string, a provider key the model server registered, or one repeated by
-a provider SDK's error, never appear in a reply header, a reply body, a saved row, a rebuilt failure
-or a server's log line.
+`X-Api-Key`, a quoted cookie and the query string, a provider key the model server registered, or one
+repeated by a provider SDK's error, never appear in a reply header, a reply body, a saved row, a
+rebuilt failure or a server's log line: a body the app builds and serializes itself from the records
+(`BaseEpisodeResponse(...).model_dump()`) among them.
 
 The canary requests run once per module against their own servers, through an aiohttp and an httpx
 collector; the servers are stopped before their logs (stdout and stderr: uvicorn's log and the
@@ -22,6 +23,7 @@ import httpx
 import pytest
 
 from gym_failures import FailureReport, NgFailureEvent
+from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure
 from gym_failures.failure_transport import FailureReportRow, StreamFailureReportReader
 from tests.multihop.collectors import AiohttpCollector, Collector, HttpxCollector
 from tests.multihop.conftest import Stack, running_stack
@@ -31,9 +33,13 @@ AUTH_CANARY = "sk-CANARY-hdr-1f3a"
 QUERY_CANARY = "CANARYQUERYTOKEN77"
 BASIC_CANARY = "basicPasswordCANARY31"
 COOKIE_CANARY = "cookieValueCANARY8842"
-CANARIES = (AUTH_CANARY, QUERY_CANARY, SDK_CANARY, BASIC_CANARY, COOKIE_CANARY, PROVIDER_KEY_CANARY)
+API_KEY_CANARY = "apiKeyHeaderCANARY2207"
+CANARIES = (
+    AUTH_CANARY, QUERY_CANARY, SDK_CANARY, BASIC_CANARY, COOKIE_CANARY, API_KEY_CANARY, PROVIDER_KEY_CANARY
+)  # fmt: skip
 HEADERS = {
     "Authorization": f"Bearer {AUTH_CANARY}",
+    "X-Api-Key": API_KEY_CANARY,
     "Proxy-Authorization": "Basic " + base64.b64encode(f"alice:{BASIC_CANARY}".encode()).decode(),
     "Cookie": f'sid="{COOKIE_CANARY}"; theme=dark',
 }
@@ -57,6 +63,8 @@ SCENARIOS = {
     "model timeout": Scenario("agent", "/run", {"mode": "timeout", "timeout": 0.3}),
     "agent exception quoting the request": Scenario("agent", "/run", {"agent_mode": "leak"}),
     "agent failure quoting credential values": Scenario("agent", "/run", {"agent_mode": "quote"}),
+    "episode body the app serializes itself": Scenario("agent", "/run", {"agent_mode": "episode"}),
+    "episode body made without validation": Scenario("agent", "/run", {"agent_mode": "episode_constructed"}),
     "success with recovered failures": Scenario(
         "agent", "/run", {"mode": "ok", "model_observe": 1, "observe": 1}
     ),
@@ -81,10 +89,15 @@ class Seen:
     body: bytes
     report: FailureReport | None
     failure: NgFailureEvent | None
+    episode_failure: EpisodeFailure | None = None
+    """The `EpisodeFailure` of an episode body, which a collector saves as the row's `failure`."""
 
     @property
     def row(self) -> str:
-        return json.dumps(FailureReportRow.fields(self.report)) if self.report is not None else ""
+        fields = FailureReportRow.fields(self.report) if self.report is not None else {}
+        if self.episode_failure is not None:
+            fields["failure"] = self.episode_failure.model_dump(mode="json")
+        return json.dumps(fields)
 
     @property
     def failure_text(self) -> str:
@@ -115,6 +128,10 @@ async def _request(collector: Collector, stack: Stack, name: str, scenario: Scen
         return Seen(where, headers, streamed.body, reader.finish(), None)
     reply = await collector.post(url, body, params=PARAMS, headers=HEADERS, boundary=scenario.server)
     headers = b"\n".join(k + b": " + v for k, v in reply.raw_headers).decode("latin-1")
+    if str(scenario.body.get("agent_mode", "")).startswith("episode"):
+        # A 200 episode body: its report and envelope are in the body, as a collector reads them.
+        episode = BaseEpisodeResponse.model_validate_json(reply.body)
+        return Seen(where, headers, reply.body, episode.failure_report, reply.failure, episode.failure)
     return Seen(where, headers, reply.body, reply.report, reply.failure)
 
 

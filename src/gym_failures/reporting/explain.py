@@ -253,11 +253,14 @@ def line_row(path: Path, line: int) -> RowExplanation | None:
                 outcome="torn",
                 problem=f"the last line is unterminated ({len(text)} bytes): a torn append, never a row",
             )
-        row, problem = parse_line(text)
+        row, problem = parse_line(text, first_line=number == 1)
         if row is None:
             return RowExplanation(path=str(path), line=number, outcome="invalid", problem=problem)
         return explain_row(row, str(path), number)
     return None
+
+
+_ESCAPED_ROLLOUT_ID = re.compile(rb'"rollout_id"[\t\n\r ]*:[\t\n\r ]*"[^"]*\\')
 
 
 def rollout_rows(paths: Iterable[Path], rollout_id: str) -> list[RowExplanation]:
@@ -285,10 +288,12 @@ def rollout_rows(paths: Iterable[Path], rollout_id: str) -> list[RowExplanation]
                 plain
                 and needle not in text
                 and b'"rollout_id"' in text
+                # A value written with escapes ("0\u003a1") is this id to a JSON reader: parsed.
+                and not _ESCAPED_ROLLOUT_ID.search(text)
                 and (task is None or task.search(text) is None)
             ):
                 continue
-            row, _ = parse_line(text)
+            row, _ = parse_line(text, first_line=number == 1)
             if row is None:
                 continue
             row = normalized(row)

@@ -24,8 +24,12 @@ Python equal over generated files):
   because each is one failed attempt. (The one exception, a row a resumed collector wrote to close a
   rollout past a lowered attempt budget, `closed_on_resume`, repeats its last attempt's failure; it is
   rare and counted like any other row, so that every count stays a plain sum over the files.)
-  `final` counts the failure rows after which no attempt followed (`final` is `true`; a NeMo Gym row
-  is final when terminal or at the attempt budget). Shares are of all failure rows.
+  `final` counts the failure rows saved as final: no attempt was to follow when the row was written
+  (`final` is `true`; a NeMo Gym row is final when terminal or at the attempt budget). A rollout a
+  resumed run reopened (a larger budget, `retry_terminal`) keeps its closing row counted as final
+  here, beside the rows of its later attempts: this is a count of rows, a plain sum over the files.
+  Each rollout's outcome (its last row: a success, or its final failure) is the gate's count
+  (`gym-failures gate`, `failed`), which reads rollouts. Shares are of all failure rows.
 - Its kind, stage and reason are the row's `EpisodeFailure`'s (a NeMo Gym row's label, stage and
   first reason key); the failure event (`_ng_failure_events[_ng_failure_id]`) supplies the boundary
   and HTTP status (else `_ng_failure_http_status`), and the kind and stage where the envelope has
@@ -424,19 +428,24 @@ def summarize(
     with tempfile.TemporaryDirectory(prefix="gym-failures-") as scratch:
         torn_copies: dict[Path, Path] = {}
 
-        def torn_copy(path: Path) -> Path | None:
+        def torn_copy(path: Path) -> int | None:
+            """Copy `path`'s torn last line to a scratch file; its size in bytes, or None."""
             tail = torn_tail(path)
             if tail is None:
                 return None
             copy = Path(scratch) / f"torn-{len(torn_copies)}.jsonl"
-            copy.write_bytes(tail + b"\n")
+            # A blank line first when the torn line is not the file's first: DuckDB reads a byte-order
+            # mark only at a file's start, so the copy must not start with the line (blank lines are
+            # no rows).
+            lead = b"" if len(tail) == path.stat().st_size else b"\n"
+            copy.write_bytes(lead + tail + b"\n")
             torn_copies[path] = copy
-            return copy
+            return len(tail)
 
         for path in files:
-            tail = torn_copy(path)
-            if tail is not None:
-                torn.append(TornTail(path=str(path), bytes=tail.stat().st_size - 1))
+            size = torn_copy(path)
+            if size is not None:
+                torn.append(TornTail(path=str(path), bytes=size))
         connection = duckdb.connect(":memory:")
         try:
             named_copies = list(torn_copies.values())
