@@ -73,7 +73,8 @@ def _escaped(value: Any) -> str:
 
 @st.composite
 def _line(draw: st.DrawFn) -> bytes:
-    kind = draw(st.sampled_from(["ascii", "utf8", "escaped", "escaped-id", "raw-surrogate", "bom", "junk"]))
+    kinds = ["ascii", "utf8", "escaped", "escaped-id", "raw-surrogate", "bom", "padded", "junk"]
+    kind = draw(st.sampled_from(kinds))
     if kind == "junk":
         return draw(
             st.sampled_from(
@@ -91,6 +92,11 @@ def _line(draw: st.DrawFn) -> bytes:
             )
         )
     row = draw(_row())
+    if kind == "padded":
+        # ASCII whitespace around the object that JSON itself does not name (form feed, vertical tab):
+        # DuckDB reads the row, so every reader must.
+        pad = st.text(" \t\r\x0b\x0c", max_size=3)
+        return (draw(pad) + json.dumps(row) + draw(pad)).encode("ascii")
     if kind == "ascii":
         return json.dumps(row).encode("ascii")
     if kind == "escaped-id":
@@ -205,3 +211,40 @@ def test_every_reader_counts_the_same_rows(
     owed = {f"{task}:{rollout}" for task in range(TASKS) for rollout in range(ROLLOUTS)}
     assert plan.already_done == len(settled & owed)
     assert plan.already_done + pending + closing == len(owed)
+
+
+def _chained_row(rollout_id: str, depth: int) -> dict[str, Any]:
+    events = {
+        f"e{index}": {
+            "boundary": "agent",
+            "failure_kind": "agent_run_error",
+            "failure_reason": "x",
+            **({"cause_id": f"e{index - 1}"} if index else {}),
+        }
+        for index in range(depth)
+    }
+    task, rollout = rollout_id.split(":")
+    return {
+        "task_index": int(task),
+        "rollout_index": int(rollout),
+        "rollout_id": rollout_id,
+        "attempt": 1,
+        "failure": {"failure_kind": "agent_run_error", "failure_reason": "x", "terminal": True},
+        "final": True,
+        "final_reason": "terminal",
+        "_ng_failure_events": events,
+        "_ng_failure_id": f"e{depth - 1}",
+        "_ng_failure_events_omitted": False,
+    }
+
+
+def test_the_longest_chain_reads_a_first_row_behind_a_byte_order_mark(tmp_path: Path) -> None:
+    """The HTML report's and the demo's longest chain reads a file's first line as `read_rows` does."""
+    from gym_failures.reporting.explain import longest_chain
+
+    path = tmp_path / "rows.jsonl"
+    first, second = json.dumps(_chained_row("0:0", 3)), json.dumps(_chained_row("1:0", 1))
+    path.write_bytes(b"\xef\xbb\xbf" + first.encode() + b"\n" + second.encode() + b"\n")
+    best = longest_chain([path])
+    assert best is not None
+    assert best.line == 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 import httpx
@@ -292,3 +292,73 @@ async def test_no_credential_reaches_a_body_the_app_serializes_itself(
     assert "episode failed" in caplog.text, "the control: the handler's line was captured"
     leaked = {where: [c for c in CANARIES if c in text] for where, text in seen.items()}
     assert leaked == {where: [] for where in seen}
+
+
+# --- A secret a cut went through (the review of issue 23's merge) ------------------------------
+
+LONG_TOKEN = "tok" + "A1b2C3d4" * 50  # a 403-character bearer token
+
+
+async def _failure_reply(reason: str, headers: list[tuple[bytes, bytes]], query: bytes = b"") -> str:
+    """The reply body of a handler that raises an `AgentFailure` with `reason`, as sent."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AgentFailure(failure_kind=AGENT_RUN_ERROR, failure_reason=reason)
+
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/run",
+        "query_string": query,
+        "headers": headers,
+    }
+    await FailureReportMiddleware(app, boundary="agent")(scope, receive, send)
+    return b"".join(
+        message.get("body", b"") for message in sent if message["type"] == "http.response.body"
+    ).decode()
+
+
+def _longest_start(token: str, text: str) -> int:
+    return max((length for length in range(2, len(token) + 1) if token[:length] in text), default=0)
+
+
+async def test_a_token_the_reasons_pre_cut_goes_through_leaves_none_of_its_characters() -> None:
+    """A reason past four times its bound is cut before it is redacted: a credential that cut goes
+    through loses its first characters too, however many copies of it come before."""
+    head = " ".join(f"attempt {number} sent {LONG_TOKEN}" for number in range(18)) + " | retrying with "
+    reason = head + "." * (7700 - len(head)) + LONG_TOKEN
+    assert len(reason) > 8000 > len(reason) - len(LONG_TOKEN)
+    body = await _failure_reply(reason, [(b"authorization", f"Bearer {LONG_TOKEN}".encode())])
+    assert _longest_start(LONG_TOKEN, body) < 2
+
+
+@pytest.mark.parametrize("seed_order", [0, 1])
+async def test_the_longest_start_of_any_secret_is_removed_whatever_their_order(seed_order: int) -> None:
+    """Two request secrets, the end of one starting the other: the cut token goes whole, whichever
+    secret is looked at first."""
+    from gym_failures.redaction import without_a_cut_secret
+
+    token, query = "Qx7pLm2aZZZZZZZZZZZZ", "2aBCDEFGH"
+    secrets = [f"Bearer {token}", token, query]
+    text = "x" * 20 + token[:8] + "…"
+    ordered = secrets if seed_order == 0 else secrets[::-1]
+    assert without_a_cut_secret(text, ordered) == "x" * 20 + REDACTED + "…"
+
+
+async def test_a_cut_after_the_word_bearer_in_prose_keeps_the_word() -> None:
+    """The request's `Bearer <token>` header value is a secret; the word "Bearer" ending a cut
+    reason is prose, not its start."""
+    token = "Zq9mX2vB7nL4kP0wR8tY"
+    prose = "no valid API key: send it as a Bearer token or in x-api-key"
+    reason = "x" * (1999 - len("no valid API key: send it as a Bearer")) + prose  # cut after "Bearer"
+    body = await _failure_reply(reason, [(b"authorization", f"Bearer {token}".encode())])
+    assert "send it as a Bearer\\u2026" in body or "send it as a Bearer…" in body
+    assert REDACTED not in body

@@ -27,7 +27,8 @@ _ELAPSED = re.compile(
 _TIMEOUT = re.compile(
     r"\b(timeout|timeout_s|read_timeout|budget_s|wait_ready_s|sock_read|sock_connect|total)\s*=\s*" + _NUMBER
     + r"(?![\w.])"
-    + r"|(wait_for\(.*,\s*|\.join\(|\.wait\()" + _NUMBER + r"\)"
+    + r"|(wait_for\(.*,\s*|\.join\(|\.wait\(|asyncio\.timeout\(|fail_after\(|move_on_after\(|Timeout\()"
+    + _NUMBER + r"\)"
 )  # fmt: skip
 _DEADLINE = re.compile(r"\bdeadline\s*=\s*(\d|timedelta\()")
 
@@ -88,6 +89,9 @@ def test_no_test_depends_on_the_machines_speed() -> None:
         "    config = _config(tmp_path, url, tasks, timeout_s=0.5)",
         "@settings(deadline=500)",
         "    deadline=timedelta(seconds=1),",
+        "    async with asyncio.timeout(5):",
+        "    with anyio.fail_after(2):",
+        "    client = httpx.AsyncClient(timeout=httpx.Timeout(1.0))",
     ],
 )
 def test_each_shape_is_found_and_a_marker_excuses_it(line: str) -> None:
@@ -107,6 +111,7 @@ def test_each_shape_is_found_and_a_marker_excuses_it(line: str) -> None:
         "    deadline = time.monotonic() + 60",
         "@settings(max_examples=20, deadline=None)",
         "    timeout_s=30.0,",
+        "    async with asyncio.timeout(60):",
     ],
 )
 def test_a_hang_guard_and_a_lower_bound_are_not_found(line: str) -> None:

@@ -49,9 +49,12 @@ def bounded_text(text: str, limit: int = MAX_REASON) -> str:
 
 def bounded_reason(text: str, limit: int = MAX_REASON) -> str:
     """`text` redacted, made safe and cut to `limit`: what every free-text field of an event holds."""
-    # Redact before cutting, so a cut never leaves half a secret; pre-cut so redaction stays cheap.
+    # Redact before cutting, so a cut never leaves half a secret; pre-cut so redaction stays cheap,
+    # the pre-cut marked, so that a secret it went through loses its first characters too (`redact`).
     # Inside a request, its own credential values go too (`gym_failures._request_context`).
-    return bounded_text(redact(text[: 4 * limit], current_request_secrets()), limit)
+    if len(text) > 4 * limit:
+        text = text[: 4 * limit - 1] + CUT_MARK
+    return bounded_text(redact(text, current_request_secrets()), limit)
 
 
 def exception_type_name(error: BaseException | type[BaseException]) -> str:

@@ -7,6 +7,7 @@ or a string: a peer's or a row's odd status is no evidence), so a caller never c
 - `http_status`: a status at all (100-599), else `None`.
 - `error_status`: a failed reply's status (400-599), else `None`.
 - `is_success` (2xx), `is_error` (4xx or 5xx), `is_client_error` (4xx), `is_server_error` (5xx).
+- `is_failed_reply`: 400 or more, as a library's `raise_for_status` reads a reply (600 and past too).
 - `CLIENT_ERRORS` and `SERVER_ERRORS`: the ranges, for a table with one entry per status.
 """
 
@@ -46,3 +47,9 @@ def is_client_error(value: object) -> bool:
 def is_server_error(value: object) -> bool:
     """Whether `value` is a real int 5xx status."""
     return type(value) is int and 500 <= value <= 599
+
+
+def is_failed_reply(value: object) -> bool:
+    """Whether a reply with status `value` failed, as the HTTP libraries' own `raise_for_status` read
+    it: any real int status of 400 or more, one past 599 (no HTTP status) included."""
+    return type(value) is int and value >= 400

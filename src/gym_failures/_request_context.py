@@ -47,7 +47,15 @@ from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import Protocol
 
-from gym_failures.redaction import CUT_MARK, has_registered_secrets, redact, redact_values, registered_secrets
+from gym_failures.redaction import (
+    CUT_MARK,
+    cut_secret_length,
+    has_registered_secrets,
+    redact,
+    redact_values,
+    registered_secrets,
+    without_a_cut_secret,
+)
 
 __all__ = [
     "CURRENT_REQUEST_LOG",
@@ -97,21 +105,14 @@ def scrub_text(text: str, secrets: Sequence[str], bound: int, *, registered: boo
 
 def _cut_through(text: str, secrets: Sequence[str]) -> bool:
     """Whether `text`, cut at its bound, ends in the first characters (two or more) of a secret."""
-    if not text.endswith(CUT_MARK):
-        return False
-    body = text[: -len(CUT_MARK)]
-    return any(
-        body.endswith(secret[:length]) for secret in secrets for length in range(len(secret) - 1, 1, -1)
-    )
+    return cut_secret_length(text, secrets) > 0
 
 
 def known_values_removed(text: str, secrets: Sequence[str], bound: int) -> str:
     """`text` without any of `secrets`, any registered secret or any match of a registered pattern,
     a secret the cut went through included, cut to `bound` again: what a record's text gets (the
     built-in credential shapes are left to the reply helpers: a record is data)."""
-    removed: str = redact_values(text, secrets)
-    if _cut_through(removed, [*secrets, *registered_secrets()]):
-        removed = redact(removed, secrets)  # `redact` removes the first characters a cut left
+    removed: str = without_a_cut_secret(redact_values(text, secrets), [*secrets, *registered_secrets()])
     if removed == text:
         return text
     return removed if len(removed) <= bound else removed[: bound - 1] + CUT_MARK

@@ -314,8 +314,7 @@ def redact(text: str, known_secrets: Iterable[str] = ()) -> str:
     if known:
         for secret in sorted(known, key=len, reverse=True):
             text = text.replace(secret, REDACTED)
-        if text.endswith(CUT_MARK):
-            text = _without_a_cut_secret(text, known)
+        text = without_a_cut_secret(text, known)
     for registered in _REGISTERED_PATTERNS:
         text = registered.sub(REDACTED, text)
     if not _may_hold_a_secret(text):
@@ -329,15 +328,34 @@ CUT_MARK = "…"
 """What ends a text cut to its bound (`gym_failures.failures.bounded_text`)."""
 
 
-def _without_a_cut_secret(text: str, known: Iterable[str]) -> str:
-    """`text` (cut, ending in the mark) without the first characters of a secret the cut went
-    through; two characters at least, so an ordinary last letter is kept."""
+def cut_secret_length(text: str, known: Iterable[str]) -> int:
+    """How many characters at the end of `text` (cut, ending in the mark) are the first characters of
+    a secret the cut went through; 0 when none are.
+
+    The longest such start over every secret wins, whatever order the secrets come in. Only a
+    secret's credential part counts (the token of `Bearer <token>`: a cut after the word "Bearer" in
+    prose is no secret), two characters at least, so an ordinary last letter is kept. The start may
+    follow any character (a token glued to the text before it is still a token): at worst the
+    fragment of a word the cut already broke goes, never a whole word."""
+    if not text.endswith(CUT_MARK):
+        return 0
     body = text[: -len(CUT_MARK)]
-    for secret in known:
-        for length in range(len(secret) - 1, 1, -1):
-            if body.endswith(secret[:length]):
-                return body[:-length] + REDACTED + CUT_MARK
-    return text
+    longest = 0
+    for token in {secret.rsplit(None, 1)[-1] for secret in known if secret.strip()}:
+        for length in range(min(len(token) - 1, len(body)), max(longest, 1), -1):
+            if body.endswith(token[:length]):
+                longest = length
+                break
+    return longest
+
+
+def without_a_cut_secret(text: str, known: Iterable[str]) -> str:
+    """`text` (cut, ending in the mark) without the first characters of a secret the cut went
+    through (`cut_secret_length`)."""
+    length = cut_secret_length(text, known)
+    if not length:
+        return text
+    return text[: -len(CUT_MARK) - length] + REDACTED + CUT_MARK
 
 
 def url_without_secrets(url: str) -> str:

@@ -327,6 +327,9 @@ def _first_of_each_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+_OUTER_WHITESPACE = " \t\r\n\x0b\x0c"
+
+
 def parse_line(line: bytes, *, first_line: bool = False) -> tuple[dict[str, Any] | None, str | None]:
     """One saved line as a row, or `None` and why it is none: every reader of rows (`read_rows`,
     `explain`, the HTML report's longest chain) reads a line this one way, as `summarize`'s SQL does.
@@ -336,7 +339,10 @@ def parse_line(line: bytes, *, first_line: bool = False) -> tuple[dict[str, Any]
     line that is not UTF-8, a surrogate encoded as bytes (`ED A0 80`) among them: `json.loads` of
     bytes would read those with `surrogatepass`, as the lone surrogate, where DuckDB refuses the line.
     A key that repeats keeps its first value, as DuckDB keeps it. A byte-order mark is read only at
-    the start of a file (`first_line`), as DuckDB reads it; anywhere else the line is no JSON.
+    the start of a file (`first_line`), as DuckDB reads it; anywhere else the line is no JSON. ASCII
+    whitespace around the object is read as DuckDB reads it (a form feed or vertical tab too). One
+    difference is left: an object nested past Python's recursion limit (about 1,000 deep) is no row
+    here and a row to DuckDB; no row a Gym writes is nested that deep.
     """
     try:
         text = line.decode("utf-8")
@@ -345,7 +351,8 @@ def parse_line(line: bytes, *, first_line: bool = False) -> tuple[dict[str, Any]
     if first_line and text.startswith("\ufeff"):
         text = text[1:]
     try:
-        value = json.loads(text, object_pairs_hook=_first_of_each_key)
+        # ASCII whitespace around the object, form feed and vertical tab included, as DuckDB reads it.
+        value = json.loads(text.strip(_OUTER_WHITESPACE), object_pairs_hook=_first_of_each_key)
     except (ValueError, RecursionError) as error:
         return None, f"not JSON ({type(error).__name__})"
     if not isinstance(value, dict):

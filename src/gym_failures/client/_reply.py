@@ -320,7 +320,7 @@ async def raise_for_status(
     """Observe `response`'s report; on a 4xx/5xx raise the library's own HTTP error type, carrying the
     rebuilt failure (`.failure`, also its `__cause__`) and the reply's content (`.content`)."""
     library, status, report = _observed(response)
-    if not _http_status.is_error(status):
+    if not _http_status.is_failed_reply(status):
         return
     failure, content = await _failure_for(
         library,

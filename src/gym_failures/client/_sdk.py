@@ -60,7 +60,7 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from gym_failures._http_status import is_error
+from gym_failures._http_status import is_failed_reply
 from gym_failures.client._libraries import library_of
 from gym_failures.client._reply import DEFAULT_KIND_BY_BOUNDARY, body_excerpt, reply_failure, retry_after_s
 from gym_failures.client._stream import stream_failure
@@ -140,7 +140,7 @@ def _on_response(response: Any, boundary: FailureBoundary, *, is_async: bool) ->
     report = FailureHeader.decode(response.headers)
     observe_report(report)
     extensions = response.request.extensions
-    if is_error(response.status_code):
+    if is_failed_reply(response.status_code):
         failure = _reply_failure(response, boundary)
         extensions[FAILURE_EXTENSION] = failure
         if report is None:  # a report was observed whole above
@@ -296,7 +296,7 @@ def sdk_failure(
             from_stream = stream_failure(reader, boundary=called, url=str(getattr(request, "url", "")))
             if from_stream is not None:
                 return from_stream
-    if response is not None and library_of(response) is not None and is_error(response.status_code):
+    if response is not None and library_of(response) is not None and is_failed_reply(response.status_code):
         try:
             body = response.text
         except Exception:  # a streamed body that was never read

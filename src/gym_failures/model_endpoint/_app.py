@@ -408,7 +408,7 @@ class ModelEndpoint:
         self._authorize(request)
         # The rows' reading: JSON holding a lone surrogate escape is the client's invalid request (a
         # 400), never text this server fails on later with a 500 of its own.
-        parsed, _ = parse_line(note.body)
+        parsed, _ = parse_line(note.body, first_line=True)  # a whole document: a BOM may lead it
         call = read_call(api, parsed, request.headers)
         note.model, note.stream = call.model, call.stream
         return call
@@ -817,7 +817,7 @@ async def _json_body(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if len(raw) > 1 << 20:
         raise _bad_control("the body is over 1 MiB")
-    parsed, _ = parse_line(raw)
+    parsed, _ = parse_line(raw, first_line=True)  # a whole document: a BOM may lead it
     if not isinstance(parsed, dict):
         raise _bad_control("the body must be a JSON object")
     return parsed

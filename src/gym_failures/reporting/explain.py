@@ -315,7 +315,7 @@ def longest_chain(files: Iterable[Path]) -> RowExplanation | None:
             for number, line in enumerate(handle, start=1):
                 if b'"failure"' not in line and b"_ng_failure_class" not in line:
                     continue
-                row, _ = parse_line(line)
+                row, _ = parse_line(line, first_line=number == 1)
                 if row is None:
                     continue
                 report = FailureReportRow.report(row)
