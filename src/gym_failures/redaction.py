@@ -41,6 +41,7 @@ __all__ = [
     "MIN_KNOWN_SECRET",
     "REDACTED",
     "SECRET_NAME_WORDS",
+    "cut_secret_length",
     "forget_registered_secrets",
     "has_registered_secrets",
     "is_secret_name",
@@ -54,6 +55,7 @@ __all__ = [
     "request_secrets",
     "url_secrets",
     "url_without_secrets",
+    "without_a_cut_secret",
 ]
 
 REDACTED = "[REDACTED]"
