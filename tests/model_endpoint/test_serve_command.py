@@ -50,27 +50,49 @@ def test_a_plan_that_is_not_valid_is_a_usage_error(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def _accepts(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
 def test_two_interrupts_during_shutdown_print_no_traceback() -> None:
     """A second Ctrl-C while uvicorn shuts down cancels what is left; the endpoint has no lifespan
-    (uvicorn's `lifespan="off"`), so no lifespan task's traceback is printed; the port is released."""
+    (uvicorn's `lifespan="off"`), so no lifespan task's traceback is printed; the port is released.
+
+    "While it shuts down" holds by construction: a stream is being served, its chunks 30 s apart, and
+    uvicorn's graceful shutdown waits for it; the second Ctrl-C is sent once the first has closed the
+    listening socket, so it comes during the shutdown however slow the machine."""
     port = free_port()
     process = subprocess.Popen(
-        [*COMMAND, "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [*COMMAND, "--port", str(port), "--chunk-interval", "30"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
+    stream = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     try:
         wait_listening(port, process)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as reply:
-            assert reply.status == 200
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        stream.request("POST", "/v1/chat/completions", json.dumps(body), {"content-type": "application/json"})
+        reply = stream.getresponse()
+        assert reply.status == 200
+        assert reply.read1(65536).startswith(b"data:"), "the stream is being served"
         process.send_signal(signal.SIGINT)
-        time.sleep(0.02)
+        # Two signals sent back to back may arrive as one: the second is sent once the first was
+        # handled, which shows as the listening socket closing (the shutdown has begun).
+        deadline = time.monotonic() + 60  # a hang guard
+        while time.monotonic() < deadline and _accepts(port):
+            time.sleep(0.05)
+        assert not _accepts(port), "the shutdown began"
         process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=30)
+        _, stderr = process.communicate(timeout=60)
     finally:
+        stream.close()
         stop(process)
     assert process.returncode == 130
     assert b"Traceback" not in stderr
     assert stderr.decode().splitlines()[-1] == "gym-failures serve: interrupted"
-    with socket.socket() as again:  # no listener left (SO_REUSEADDR: the health check's TIME_WAIT)
+    with socket.socket() as again:  # no listener left (SO_REUSEADDR: the stream's TIME_WAIT)
         again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         again.bind(("127.0.0.1", port))
         again.listen()

@@ -168,14 +168,20 @@ async def test_a_worker_restarted_between_exchanges_loses_nothing(tmp_path: Path
 async def test_a_worker_gone_for_good_hands_its_rollouts_to_the_others(
     tmp_path: Path, agent_url: str
 ) -> None:
-    tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(24)]
+    # The rollouts after the first eight hold their replies until the worker is gone, so it dies with
+    # attempts in hand however fast the run goes (`"until"`, tests/collection/agent_app.py).
+    gate = tmp_path / "gate"
+    tasks = [{"mode": "ok", "sleep": 0.2, **({"until": str(gate)} if i >= 8 else {})} for i in range(24)]
     config = _config(tmp_path / "out", agent_url, tasks)
     collector = RayCollector(config, workers=2)
 
     async def end_a_worker() -> None:
-        while collector.progress.attempts < 4:
-            await asyncio.sleep(0.01)
-        ray.kill(collector.workers[0], no_restart=True)
+        try:
+            while collector.progress.attempts < 4:
+                await asyncio.sleep(0.01)
+            ray.kill(collector.workers[0], no_restart=True)
+        finally:
+            gate.touch()
 
     killer = asyncio.create_task(end_a_worker())
     summary = await collector.run()
@@ -332,7 +338,10 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads the process tree from /proc")
 def test_ctrl_c_stops_the_workers_and_the_local_ray_the_run_started(tmp_path: Path, agent_url: str) -> None:
-    tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(200)]
+    # The rollouts after the first eight hold their replies until the run was interrupted, so the
+    # Ctrl-C comes while it runs however fast it goes (`"until"`, tests/collection/agent_app.py).
+    gate = tmp_path / "gate"
+    tasks = [{"mode": "ok", "sleep": 0.2, **({"until": str(gate)} if i >= 8 else {})} for i in range(200)]
     config = _config(tmp_path / "out", agent_url, tasks)
     command = [
         sys.executable,
@@ -367,6 +376,7 @@ def test_ctrl_c_stops_the_workers_and_the_local_ray_the_run_started(tmp_path: Pa
         os.killpg(process.pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
     finally:
+        gate.touch()
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)

@@ -188,8 +188,12 @@ def _rows(output: Path) -> list[dict[str, Any]]:
 def test_ctrl_c_against_a_cluster_ends_the_runs_workers_and_leaves_the_cluster_up(
     tmp_path: Path, agent_url: str, cluster: Cluster
 ) -> None:
+    # The rollouts after the first eight hold their replies until the run was interrupted, so the
+    # Ctrl-C comes while it runs however fast it goes (`"until"`, tests/collection/agent_app.py).
+    gate = tmp_path / "gate"
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text((json.dumps({"mode": "ok", "sleep": 0.2}) + "\n") * 80)
+    lines = [{"mode": "ok", "sleep": 0.2, **({"until": str(gate)} if i >= 8 else {})} for i in range(80)]
+    tasks.write_text("".join(json.dumps(line) + "\n" for line in lines))
     output = tmp_path / "run" / "rollouts.jsonl"
     process = subprocess.Popen(
         _collect(cluster, tasks, output, agent_url, concurrency=2),
@@ -213,6 +217,7 @@ def test_ctrl_c_against_a_cluster_ends_the_runs_workers_and_leaves_the_cluster_u
         os.killpg(process.pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
     finally:
+        gate.touch()
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate(timeout=10)

@@ -228,8 +228,25 @@ def _run_serve(arguments: argparse.Namespace) -> int:
         # shutdown has no lifespan task to cancel (and no traceback of it to print).
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off")
         server = Server(config)
+        # A second Ctrl-C ends the requests still being served by cancelling them, and uvicorn logs
+        # each as an "Exception in ASGI application" with its traceback: a request cancelled at a
+        # forced exit is no error of the application's, so that record is not written.
+        cancelled = _CancelledRequests()
+        logging.getLogger("uvicorn.error").addFilter(cancelled)
+        running.callback(logging.getLogger("uvicorn.error").removeFilter, cancelled)
         server.run(sockets=[listening])
     return EXIT_OK
+
+
+class _CancelledRequests:
+    """A logging filter: drops uvicorn's record of a request that ended cancelled (a forced exit's),
+    keeps every other record."""
+
+    def filter(self, record: Any) -> bool:
+        import asyncio
+
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, asyncio.CancelledError)
 
 
 def _write_on_sigterm(write_verdict: Callable[[], None]) -> None:
