@@ -14,8 +14,9 @@ Decisions:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -155,7 +156,6 @@ def _seconds(text: str) -> float:
 
 
 def _run_serve(arguments: argparse.Namespace) -> int:
-    import contextlib
     import logging
     import os
 
@@ -228,14 +228,24 @@ def _run_serve(arguments: argparse.Namespace) -> int:
         # shutdown has no lifespan task to cancel (and no traceback of it to print).
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off")
         server = Server(config)
-        # A second Ctrl-C ends the requests still being served by cancelling them, and uvicorn logs
-        # each as an "Exception in ASGI application" with its traceback: a request cancelled at a
-        # forced exit is no error of the application's, so that record is not written.
-        cancelled = _CancelledRequests()
-        logging.getLogger("uvicorn.error").addFilter(cancelled)
-        running.callback(logging.getLogger("uvicorn.error").removeFilter, cancelled)
+        running.enter_context(_no_record_of_cancelled_requests())
         server.run(sockets=[listening])
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _no_record_of_cancelled_requests() -> Iterator[None]:
+    """A second Ctrl-C ends the requests still being served by cancelling them, and uvicorn logs each
+    as an "Exception in ASGI application" with its traceback: a request cancelled at a forced exit is
+    no error of the application's, so that record is not written while the server runs."""
+    import logging
+
+    cancelled = _CancelledRequests()
+    logging.getLogger("uvicorn.error").addFilter(cancelled)
+    try:
+        yield
+    finally:
+        logging.getLogger("uvicorn.error").removeFilter(cancelled)
 
 
 class _CancelledRequests:
