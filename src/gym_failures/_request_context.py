@@ -94,18 +94,14 @@ def scrub_text(text: str, secrets: Sequence[str], bound: int, *, registered: boo
     already asked (`has_registered_secrets`)."""
     if registered is None:
         registered = has_registered_secrets()
-    if not registered and not any(secret in text for secret in secrets) and not _cut_through(text, secrets):
+    held = any(secret in text for secret in secrets) or cut_secret_length(text, secrets)
+    if not registered and not held:
         return text
     redacted = redact(text, secrets)
     if redacted == text:
         return text
     # The marker can be longer than the secret it replaces.
     return redacted if len(redacted) <= bound else redacted[: bound - 1] + CUT_MARK
-
-
-def _cut_through(text: str, secrets: Sequence[str]) -> bool:
-    """Whether `text`, cut at its bound, ends in the first characters (two or more) of a secret."""
-    return cut_secret_length(text, secrets) > 0
 
 
 def known_values_removed(text: str, secrets: Sequence[str], bound: int) -> str:
