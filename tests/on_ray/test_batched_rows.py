@@ -200,14 +200,20 @@ async def test_an_exchange_with_one_row_does_not_wait_for_attempts_that_go_on(tm
 async def test_batched_rows_keep_every_row_in_attempt_order_across_a_worker_killed_mid_run(
     tmp_path: Path, agent_url: str
 ) -> None:
-    tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(40)]
+    # The rollouts after the first sixteen hold their replies until the worker was killed, so it dies
+    # with attempts in hand however fast the run goes (`"until"`, tests/collection/agent_app.py).
+    gate = tmp_path / "gate"
+    tasks = [{"mode": "ok", "sleep": 0.2, **({"until": str(gate)} if i >= 16 else {})} for i in range(40)]
     config = _config(tmp_path, agent_url, tasks, concurrency=8)
     collector = RayCollector(config, workers=2)
 
     async def kill_a_worker() -> None:
-        while collector.progress.attempts < 8:
-            await asyncio.sleep(0.01)
-        ray.kill(collector.workers[0], no_restart=False)
+        try:
+            while collector.progress.attempts < 8:
+                await asyncio.sleep(0.01)
+            ray.kill(collector.workers[0], no_restart=False)
+        finally:
+            gate.touch()
 
     killer = asyncio.create_task(kill_a_worker())
     summary = await collector.run()
