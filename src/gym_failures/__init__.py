@@ -45,7 +45,7 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
     gate/                           the acceptance gate over saved rows
     reporting/                      summary (DuckDB), explain (cause trees), the HTML report
     cli/                            the `gym-failures` command line (commands apart from rendering)
-    telemetry/                      OpenTelemetry counters, span events and /metrics
+    telemetry/                      OpenTelemetry counters, span attributes and /metrics
     model_endpoint/                 an OpenAI- and Anthropic-compatible endpoint that fails on request
     demo/                           a local gym with injected faults (`make demo`)
     _loop.py                        the event loop a command runs on: uvloop's when installed

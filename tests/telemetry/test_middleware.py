@@ -25,7 +25,6 @@ from gym_failures.telemetry import (
     MAX_NAMESPACED_KINDS,
     REPORT_SIZE,
     SERVER_FAILURES,
-    SPAN_EVENT,
 )
 from tests.telemetry.conftest import Telemetry
 
@@ -75,23 +74,23 @@ async def test_a_failure_reply_is_counted_with_its_attributes(telemetry: Telemet
     assert size.attributes == {}
 
 
-async def test_a_failure_reply_adds_one_span_event_carrying_its_chain_and_marks_the_span(
+async def test_a_failure_reply_puts_its_failure_and_chain_on_the_span_and_marks_it(
     telemetry: Telemetry,
 ) -> None:
-    """What a trace UI reads off the exported span: one `gym.failure` event, the reply's failure in
-    its scalar attributes (the id a caller's `gym.failure.remote` names), every event in the chain."""
+    """What a trace UI reads off the exported span: the reply's failure in its attributes (the id a
+    caller's `gym.failure.remote` names), every event in the chain, the error status; no event."""
     reply = await _get(_app(_chain), telemetry)
     report = FailureHeader.decode(dict(reply.headers))
     assert report is not None
     assert report.failure_id is not None
     (span,) = telemetry.spans()
-    (event,) = span.events
-    assert event.name == SPAN_EVENT
-    attributes = dict(event.attributes or {})
+    assert span.events == ()
     cause_id = report.events[report.failure_id].cause_id
     assert cause_id is not None
+    attributes = dict(span.attributes or {})
     chain = attributes.pop("nemo.gym.failure.chain")
     assert attributes == {
+        "error.type": "agent_run_error",
         "nemo.gym.failure.event_id": report.failure_id,
         "nemo.gym.failure.cause_id": cause_id,
         "nemo.gym.failure_kind": "agent_run_error",
@@ -101,8 +100,6 @@ async def test_a_failure_reply_adds_one_span_event_carrying_its_chain_and_marks_
     # The failure, then its causes, each as `<kind>@<boundary>`: the chain as a trace UI shows it.
     assert chain == "agent_run_error@agent <- provider_oom_killed@sandbox"
     assert "tool failed" not in chain  # reasons never go on a span
-    assert span.attributes is not None
-    assert span.attributes["error.type"] == "agent_run_error"
     assert span.status.status_code is StatusCode.ERROR
 
 
@@ -130,12 +127,9 @@ async def test_a_success_with_observations_records_its_size_and_events_but_no_fa
     assert SERVER_FAILURES not in points
     assert [point.value for point in points[REPORT_SIZE]] == [1]
     (span,) = telemetry.spans()
-    (event,) = span.events
-    assert event.name == SPAN_EVENT
-    assert event.attributes is not None
-    # No failure, so no scalar failure attributes: the recovered event is in the chain.
-    assert event.attributes["nemo.gym.failure.chain"] == "model_server_error@model"
-    assert "nemo.gym.failure.event_id" not in event.attributes
+    assert span.events == ()
+    # No failure, so no failure attributes and no error: the recovered event is in the chain.
+    assert span.attributes == {"nemo.gym.failure.chain": "model_server_error@model"}
     assert span.status.status_code is StatusCode.UNSET
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from gym_failures.failure_kinds import classify_failure
 from gym_failures.failure_transport import FailureHeader
-from gym_failures.telemetry import REPORT_SIZE, SERVER_FAILURES, SPAN_EVENT, SPAN_REMOTE_EVENT
+from gym_failures.telemetry import REPORT_SIZE, SERVER_FAILURES, SPAN_REMOTE_EVENT
 from tests.multihop.collectors import AiohttpCollector
 from tests.processes import free_port, stop, wait_listening
 from tests.telemetry.conftest import Telemetry
@@ -114,13 +114,12 @@ async def test_every_hop_records_its_failure_and_the_remote_ids(
     assert _only(at_model["metrics"][REPORT_SIZE])["count"] == 1
     model_span = _only(at_model["spans"])
     assert model_span["status"] == "ERROR"
+    assert model_span["events"] == []  # the reply is on the span itself
     assert model_span["attributes"]["error.type"] == "model_server_error"
-    (event,) = model_span["events"]  # one event for the reply, carrying its chain
-    assert event["name"] == SPAN_EVENT
-    assert event["attributes"]["nemo.gym.failure.event_id"] == model_ids[1]
-    assert event["attributes"]["nemo.gym.failure.cause_id"] == model_ids[0]
+    assert model_span["attributes"]["nemo.gym.failure.event_id"] == model_ids[1]
+    assert model_span["attributes"]["nemo.gym.failure.cause_id"] == model_ids[0]
     assert (
-        event["attributes"]["nemo.gym.failure.chain"]
+        model_span["attributes"]["nemo.gym.failure.chain"]
         == "model_server_error@model <- model_request_error@model"
     )
 
@@ -134,15 +133,16 @@ async def test_every_hop_records_its_failure_and_the_remote_ids(
     remote = _only([event for event in agent_span["events"] if event["name"] == SPAN_REMOTE_EVENT])
     assert remote["attributes"]["nemo.gym.failure.event_id"] == model_ids[1]
     assert sorted(remote["attributes"]["nemo.gym.failure.event_ids"]) == sorted(model_ids)
-    own = _only([event for event in agent_span["events"] if event["name"] == SPAN_EVENT])
-    assert own["attributes"]["nemo.gym.failure.event_id"] == agent_id
-    assert own["attributes"]["nemo.gym.failure.cause_id"] == model_ids[1]
-    assert own["attributes"]["nemo.gym.failure.chain"] == (
+    assert [event["name"] for event in agent_span["events"]] == [SPAN_REMOTE_EVENT]
+    assert agent_span["attributes"]["nemo.gym.failure.event_id"] == agent_id
+    assert agent_span["attributes"]["nemo.gym.failure.cause_id"] == model_ids[1]
+    assert agent_span["attributes"]["nemo.gym.failure.chain"] == (
         "agent_run_error@agent <- model_server_error@model <- model_request_error@model"
     )
-    # The join of the hops: the agent's remote event names the model span's failure event.
+    # The join of the hops: the agent's remote event names the model span's failure.
     assert (
-        remote["attributes"]["nemo.gym.failure.event_id"] == event["attributes"]["nemo.gym.failure.event_id"]
+        remote["attributes"]["nemo.gym.failure.event_id"]
+        == model_span["attributes"]["nemo.gym.failure.event_id"]
     )
 
     # The collector (this process): every id of the agent's reply on its own span.

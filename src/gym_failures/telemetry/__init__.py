@@ -1,4 +1,4 @@
-"""Telemetry: OpenTelemetry metrics and span events for servers and collections, `/metrics` for
+"""Telemetry: OpenTelemetry metrics and span attributes for servers and collections, `/metrics` for
 Prometheus, and the running counts of a collection.
 
 Optional (the `otel` extra, `opentelemetry-api`; the core never imports it). Recording goes through
@@ -18,14 +18,16 @@ What is recorded:
 - `gym.server.failures` (counter, unit `{failure}`), by `FailureReportMiddleware`: one per reply
   that carries a failure, with `nemo.gym.boundary`, `nemo.gym.failure_kind`,
   `nemo.gym.failure_class`, `nemo.gym.stage` and `http.response.status_code`.
-- `gym.server.failure_report.size` (histogram, unit `By`, no attributes): the size of each report
-  the middleware replies with (its header; for a report over the 4096-byte bound, which is sent cut,
-  the whole report's JSON), so operators see how close replies come to the bound and how often they
-  pass it.
-- On the active span, one event `gym.failure` per failure event a server replies with (event id,
-  cause id, kind, boundary, stage); a reply with a failure sets the span's `error.type` to its kind
-  and its status to error. A caller that rebuilds a remote failure adds `gym.failure.remote` with the
-  remote event ids to its own span.
+- `gym.server.failure_report.size` (histogram, unit `By`, no attributes, no exemplars): the size
+  of each report the middleware replies with (its header; for a report over the 4096-byte bound,
+  which is sent cut, the whole report's JSON), so operators see how close replies come to the bound
+  and how often they pass it. The sizes are kept in process and recorded in batches, at each
+  collection and whenever 128 wait.
+- On the active span (a server's span), a reply with a failure report sets the attributes
+  `nemo.gym.failure.chain` (every event of the report, `kind@boundary`) and, when it carries a
+  failure, that failure's `nemo.gym.failure.event_id`, `cause_id`, kind, boundary and stage,
+  `error.type` (its kind) and the error status. A caller that rebuilds a remote failure adds the
+  event `gym.failure.remote` with the remote event ids to its own span: the join of the hops.
 
 Every name here is gym-failures' own: NeMo Gym 0.7.0 records none of these instruments or attributes
 (its rollout outcomes are exporter step metrics, `progress/<agent>/failed`, `omitted`, `masked_pct`:
