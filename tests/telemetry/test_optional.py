@@ -113,3 +113,21 @@ else:
     )
     result = _run(code)
     assert result.returncode == 0, result.stderr
+
+
+def test_an_api_that_refuses_the_instruments_turns_recording_off_instead_of_raising() -> None:
+    """As an `opentelemetry-api` older than the extras ask for does (1.27 - 1.29 have no
+    `explicit_bucket_boundaries_advisory`): the failure reply is still sent, the rollout counted as
+    far as the caller knows, and nothing raises, at the first record or any later one."""
+    refusing = """
+from opentelemetry.metrics import _internal as api_metrics
+
+def refuse(self, *args, **kwargs):
+    raise TypeError("create_histogram() got an unexpected keyword argument")
+
+api_metrics._ProxyMeter.create_histogram = refuse
+"""
+    code = refusing + _EXERCISE + "asyncio.run(main())  # and a second time\n"
+    code += "from gym_failures.telemetry import _record\nassert _record._instruments is None\n"
+    result = _run(code)
+    assert result.returncode == 0, result.stderr

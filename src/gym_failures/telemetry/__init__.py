@@ -18,11 +18,11 @@ What is recorded:
 - `gym.server.failures` (counter, unit `{failure}`), by `FailureReportMiddleware`: one per reply
   that carries a failure, with `nemo.gym.boundary`, `nemo.gym.failure_kind`,
   `nemo.gym.failure_class`, `nemo.gym.stage` and `http.response.status_code`.
-- `gym.server.failure_report.size` (histogram, unit `By`, no attributes, no exemplars): the size
-  of each report the middleware replies with (its header; for a report over the 4096-byte bound,
-  which is sent cut, the whole report's JSON), so operators see how close replies come to the bound
-  and how often they pass it. The sizes are kept in process and recorded in batches, at each
-  collection and whenever 128 wait.
+- `gym.server.failure_report.size` (histogram, unit `By`, no attributes): the size of each report
+  the middleware replies with (its header; for a report over the 4096-byte bound, which is sent cut,
+  the whole report's JSON), so operators see how close replies come to the bound and how often they
+  pass it. The sizes are kept in process and recorded in batches, at each collection and whenever
+  128 wait, outside any trace (no exemplar under the default filter).
 - On the active span (a server's span), a reply with a failure report sets the attributes
   `nemo.gym.failure.chain` (every event of the report, `kind@boundary`) and, when it carries a
   failure, that failure's `nemo.gym.failure.event_id`, `cause_id`, kind, boundary and stage,

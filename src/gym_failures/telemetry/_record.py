@@ -28,8 +28,10 @@ from gym_failures.telemetry._labels import failure_kind_label, failure_type_labe
 from gym_failures.telemetry._progress import RolloutOutcome
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from opentelemetry.context import Context
-    from opentelemetry.metrics import CallbackOptions, Histogram, Observation
+    from opentelemetry.metrics import CallbackOptions, Histogram, Meter, Observation
     from opentelemetry.trace import Span, Status
 
 __all__ = [
@@ -191,20 +193,27 @@ def _no_trace() -> Context:
 
 
 def _load() -> _Instruments | None:
-    """The instruments, made once from the global meter provider; None without the API or when
-    disabled."""
+    """The instruments, made once from the global meter provider; None without the API, when
+    disabled, or when the API refuses them (an `opentelemetry-api` older than the extras ask for:
+    recording is off, logged once at DEBUG, rather than raising at every reply)."""
     global _instruments
     if _instruments is not _UNSET:
         return _instruments
+    _instruments = None
     if _disabled():
-        _instruments = None
         return None
     try:
         from opentelemetry import metrics, trace
     except ImportError:
-        _instruments = None
         return None
-    meter = metrics.get_meter(INSTRUMENTATION_NAME)
+    try:
+        _instruments = _made(metrics.get_meter(INSTRUMENTATION_NAME), trace)
+    except Exception as error:
+        LOGGER.debug("telemetry is off: OpenTelemetry refused the instruments (%s)", type(error).__name__)
+    return _instruments
+
+
+def _made(meter: Meter, trace: ModuleType) -> _Instruments:
     rollouts, server_failures = _Counts(), _Counts()
     sizes = _Sizes(
         meter.create_histogram(
@@ -228,10 +237,9 @@ def _load() -> _Instruments | None:
         unit="{failure}",
         description="Failures the servers replied with.",
     )
-    _instruments = _Instruments(
+    return _Instruments(
         rollouts, server_failures, sizes, trace.get_current_span, trace.Status(trace.StatusCode.ERROR)
     )
-    return _instruments
 
 
 def record_rollout(outcome: RolloutOutcome, dispatch_name: str) -> None:
