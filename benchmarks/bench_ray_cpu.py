@@ -23,7 +23,7 @@ machine's load moves the figures, a same-round ratio much less), the load averag
 The local collector runs on `gym_failures._loop.run` (uvloop when installed, as `collect` does);
 the Ray workers take uvloop by themselves when it is installed (Ray's `RAY_USE_UVLOOP`): the loops
 each ran are printed. Run alone with `python -m benchmarks ray_cpu`; `BENCH_RAY_ROUNDS` sets the
-rounds (default 5). Needs the ray, aiohttp and demo extras; Linux (`/proc`).
+rounds (default 7). Needs the ray, aiohttp and demo extras; Linux (`/proc`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from gym_failures.ray import RayCollector, RayWorkers, collect_on_ray
 from gym_failures.ray._collect import _AttemptWorker
 
 ROLLOUTS = 2000
-ROUNDS = int(os.environ.get("BENCH_RAY_ROUNDS", "5"))
+ROUNDS = int(os.environ.get("BENCH_RAY_ROUNDS", "7"))
 LARGE_REPLY_KB = 32
 
 _CANNED_AGENT = """

@@ -144,7 +144,7 @@ async def _turns(count: int = 5) -> None:
 
 async def test_exchanges_return_every_row_in_the_order_the_attempts_finished(tmp_path: Path) -> None:
     config = _config(tmp_path, "http://127.0.0.1:9", [], concurrency=8)
-    assert _batch_size(8) == 2
+    assert _batch_size(8) == 4
     gates = {index: asyncio.Event() for index in range(6)}
     worker = _HeldWorker(gates)
     first = asyncio.ensure_future(worker.exchange("run", config, "id", _work(list(range(6))), True))

@@ -102,7 +102,7 @@ _EXCHANGE_GRACE_S = 30.0
 """Beyond the attempt timeout, how long an exchange may take before its worker counts as lost: a
 worker holding attempts answers within the attempt timeout, as each attempt is bounded by it."""
 
-_LINGER_S = 0.005
+_LINGER_S = 0.010
 """Once an exchange has a row, how long it waits for more (`_batch_size`) before it answers: a Ray
 call costs about half a millisecond of CPU on each side, paid once for the rows it carries. Each row
 waits at most this long more to reach the driver; the worker's slots stay busy meanwhile, as
@@ -110,15 +110,17 @@ attempts wait in the worker to take any slot that frees (`_queued_beyond`)."""
 
 
 def _batch_size(concurrency: int) -> int:
-    """The rows an exchange waits for (at most `_LINGER_S`) once it has one: a quarter of the
-    worker's concurrency."""
-    return max(1, concurrency // 4)
+    """The rows an exchange waits for (at most `_LINGER_S`) once it has one: half the worker's
+    concurrency. From a quarter (and a 5 ms linger) to half, a worker's Ray thread spent a quarter
+    less CPU per row (0.09 to 0.07 ms), and the driver a tenth (docs/benchmarks.md)."""
+    return max(1, concurrency // 2)
 
 
 def _queued_beyond(concurrency: int) -> int:
     """How many attempts wait in a worker beyond those it runs, so that no slot idles for an
-    exchange's round trip and its linger: half its concurrency."""
-    return max(1, concurrency // 2)
+    exchange's round trip and its linger: as many as it runs. An exchange waits for half of them to
+    finish, so half a batch's worth were too few: the queue ran dry before the next exchange came."""
+    return max(1, concurrency)
 
 
 @dataclass(frozen=True)
