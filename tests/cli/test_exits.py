@@ -401,3 +401,23 @@ def test_the_top_level_help_words_the_exit_statuses_as_the_readme_does() -> None
         else:
             helped[status] += " " + line.strip()
     assert helped == documented
+
+
+@pytest.mark.parametrize(
+    ("module", "arguments", "hint"),
+    [
+        ("gym_failures.demo", ["--bogus"], "-m gym_failures.demo --help"),
+        ("gym_failures.demo", ["--rollouts", "x"], "-m gym_failures.demo --help"),
+        ("gym_failures.cli", ["demo", "--bogus"], "-m gym_failures.cli demo --help"),
+    ],
+)
+def test_a_usage_error_points_at_the_help_of_the_command_as_it_was_typed(
+    module: str, arguments: list[str], hint: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", module, *arguments], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+    assert (done.returncode, done.stdout) == (EXIT_USAGE, "")
+    assert done.stderr.startswith("gym-failures demo: error: ")
+    assert done.stderr.endswith(f"{hint}`)\n")
+    assert "Traceback" not in done.stderr

@@ -37,7 +37,7 @@ from gym_failures.cli._extras import EXTRA_MODULES, needs_extra
 from gym_failures.cli._gate import add_gate
 from gym_failures.cli._options import Run, Subcommands
 from gym_failures.cli._serve import add_serve
-from gym_failures.cli._shell import program
+from gym_failures.cli._shell import demo_module, program
 from gym_failures.cli._summarize import add_summarize
 from gym_failures.cli._verdict import add_verdict
 
@@ -59,8 +59,15 @@ COMMANDS: Sequence[Callable[[Subcommands], None]] = (
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # argparse prints the usage and then the error: two lines, the second the one that matters.
-        hint = " ".join(part for part in (program(), self.prog.partition(" ")[2], "--help") if part)
-        raise CommandError(f"{message} (see `{hint}`)", command=self.prog)
+        raise CommandError(f"{message} (see `{_help_hint(self.prog.partition(' ')[2])}`)", command=self.prog)
+
+
+def _help_hint(command: str | None) -> str:
+    """The help to see after a usage error in `command` (None: no command), as the user ran this
+    program: `python -m gym_failures.demo --help` when that is how the demo was run."""
+    demo = demo_module() if command == "demo" else None
+    words = (demo, "--help") if demo is not None else (program(), command, "--help")
+    return " ".join(part for part in words if part)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -145,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # argparse reports these from the top parser; name the command they were given to.
             name = getattr(arguments, "command_name", None)
             where = f"gym-failures {name}" if name else "gym-failures"
-            hint = " ".join(part for part in (program(), name, "--help") if part)
+            hint = _help_hint(name)
             raise CommandError(f"unrecognized arguments: {' '.join(unknown)} (see `{hint}`)", command=where)
         if arguments.version:
             print(f"gym-failures {_version()}")

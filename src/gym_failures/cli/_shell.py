@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["program", "shell_path"]
+__all__ = ["demo_module", "program", "shell_path"]
 
 
 def program() -> str:
@@ -29,6 +29,15 @@ def program() -> str:
     if found is not None and Path(found).resolve() == Path(argv0).resolve():
         return name
     return shell_path(Path(argv0))
+
+
+def demo_module() -> str | None:
+    """`python -m gym_failures.demo` (its Python as a shell word) when that is how this process
+    was run, the `demo` command implied; else None."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if argv0 is None or argv0.name != "__main__.py" or argv0.parent.name != "demo":
+        return None
+    return f"{shell_path(Path(sys.executable))} -m gym_failures.demo"
 
 
 def shell_path(path: Path) -> str:
