@@ -23,7 +23,8 @@ machine's load moves the figures, a same-round ratio much less), the load averag
 The local collector runs on `gym_failures._loop.run` (uvloop when installed, as `collect` does);
 the Ray workers take uvloop by themselves when it is installed (Ray's `RAY_USE_UVLOOP`): the loops
 each ran are printed. Run alone with `python -m benchmarks ray_cpu`; `BENCH_RAY_ROUNDS` sets the
-rounds (default 7). Needs the ray, aiohttp and demo extras; Linux (`/proc`).
+rounds (default 7; the CPU per row takes three times as many). Needs the ray, aiohttp and demo
+extras; Linux (`/proc`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ from gym_failures.ray._collect import _AttemptWorker
 
 ROLLOUTS = 2000
 ROUNDS = int(os.environ.get("BENCH_RAY_ROUNDS", "7"))
+CPU_ROUNDS = 3 * ROUNDS
+"""Part 1's rounds: two runs of about a second each, whose same-round ratio swings most on a machine
+whose speed drifts from second to second (0.8x to 1.8x in 7 rounds): three times the rounds, which
+cost about a minute."""
 LARGE_REPLY_KB = 32
 
 _CANNED_AGENT = """
@@ -217,7 +222,7 @@ def _cpu_per_row(directory: Path) -> tuple[str, dict[str, Any]]:
             asyncio.run(collect_on_ray(_config(directory, agent, 32), workers=pool))  # warm the pool
             local: list[_Sample] = []
             pooled: list[_Sample] = []
-            for index in range(ROUNDS):
+            for index in range(CPU_ROUNDS):
                 subjects = [
                     (local, lambda: run_loop(collect(_config(directory, agent, 64))), []),
                     (
@@ -245,6 +250,12 @@ def _cpu_per_row(directory: Path) -> tuple[str, dict[str, Any]]:
             "≤ 1.3x: " + ("met" if ratio <= 1.3 else "missed"),
         ),
         ("the Ray run's driver: its process", _median_range(driver_ms, ".3f"), "", ""),
+        (
+            "the medians' ratio (worker / local)",
+            "",
+            f"{statistics.median(worker_ms) / statistics.median(local_ms):.2f}x",
+            "",
+        ),
         (
             "wall (s): local / pool",
             f"{_median([s.wall for s in local]):.2f} / {_median([s.wall for s in pooled]):.2f}",
