@@ -505,17 +505,25 @@ def _command(*arguments: object, env: dict[str, str] | None = None) -> subproces
     )
 
 
-def test_collect_ends_with_exit_1_and_one_line_when_the_agent_stays_down(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("rollouts", "said"),
+    [
+        (2, "2 rollouts have no final outcome yet (2 never tried, their budgets whole)"),
+        (1, "1 rollout has no final outcome yet (1 never tried, its budget whole)"),
+    ],
+)
+def test_collect_ends_with_exit_1_and_one_line_when_the_agent_stays_down(
+    tmp_path: Path, rollouts: int, said: str
+) -> None:
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text('{"mode": "ok"}\n{"mode": "ok"}\n')
+    tasks.write_text('{"mode": "ok"}\n' * rollouts)
     url = f"http://127.0.0.1:{free_port()}"
     done = _command(tasks, "--agent-url", url, "--output", tmp_path / "out.jsonl", "--wait-ready", "0.5")
     assert done.returncode == 1
     lines = [line for line in done.stderr.splitlines() if not line.startswith("collecting: ")]
     assert lines == [
         f"gym-failures collect: error: the agent at {url} accepted no connection within 0.5 s "
-        "(--wait-ready); 2 rollout(s) have no final outcome yet (2 never tried, their budgets whole): "
-        "collect again once it is up"
+        f"(--wait-ready); {said}: collect again once it is up"
     ]
     assert not (tmp_path / "out_failures.jsonl").read_text()
 

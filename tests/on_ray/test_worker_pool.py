@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,7 @@ import ray
 
 from gym_failures.collection import CollectionConfig, collect
 from gym_failures.ray import RayCollector, RayWorkers, collect_on_ray
+from gym_failures.ray._collect import _JOIN_PROBE_S, _unreachable
 from tests.on_ray.saved import assert_whole, plan_of, rows_of
 
 pytestmark = pytest.mark.usefixtures("ray_address")
@@ -372,6 +374,56 @@ def test_an_address_ray_cannot_use_is_one_line_and_exit_2(tmp_path: Path) -> Non
         "gym-failures collect: error: --ray: could not join Ray at not-an-address: "
         "Invalid address format: not-an-address"
     ]
+
+
+@pytest.mark.parametrize("through", ["--ray ADDRESS", "RAY_ADDRESS"])
+def test_an_address_nothing_answers_on_is_one_line_and_exit_2_at_once(tmp_path: Path, through: str) -> None:
+    """Ray retries an address that refuses for minutes, deaf to Ctrl-C; the probe before it answers
+    at once. Refused by construction: the port is bound (so no one else takes it) and not listening."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": 1}\n')
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{bound.getsockname()[1]}"
+        environment = {name: value for name, value in os.environ.items() if not name.startswith("RAY_")}
+        if through == "RAY_ADDRESS":
+            environment["RAY_ADDRESS"] = address
+        done = subprocess.run(
+            [
+                *(sys.executable, "-m", "gym_failures.cli", "collect", str(tasks)),
+                *("--agent-url", "http://127.0.0.1:9", "--output", str(tmp_path / "out" / "r.jsonl")),
+                *(("--ray", address) if through == "--ray ADDRESS" else ("--ray",)),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=environment,
+        )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"gym-failures collect: error: --ray: could not join Ray at {address}: "
+        "nothing answers there (Connection refused)"
+    ]
+    assert not (tmp_path / "out").exists(), "nothing is written"
+
+
+@pytest.mark.parametrize("address", ["auto", "local", "ray://head:10001", "not-an-address", "head:", ":6379"])
+def test_an_address_that_is_no_host_and_port_is_left_to_ray(address: str) -> None:
+    assert _unreachable(address) is None
+
+
+def test_an_address_that_does_not_answer_in_time_is_named_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's timeout, without waiting for one: the connection is what times out."""
+    asked: list[float | None] = []
+
+    def silent(address: tuple[str, int], timeout: float | None = None) -> socket.socket:
+        asked.append(timeout)
+        raise TimeoutError
+
+    monkeypatch.setattr(socket, "create_connection", silent)
+    assert _unreachable("192.0.2.2:6379") == f"no answer within {_JOIN_PROBE_S:.0f} s"
+    assert asked == [_JOIN_PROBE_S]
 
 
 async def test_a_short_attempt_timeout_still_gives_new_workers_time_to_start(

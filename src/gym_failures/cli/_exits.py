@@ -31,7 +31,8 @@ EXIT_BROKEN_PIPE = 141
 """The output's reader closed the pipe (`| head`), as shells report SIGPIPE; nothing is printed."""
 
 EXIT_STATUS_HELP = """exit status:
-  0    done; gate: the run passed
+  0    done; gate: the run passed; demo: the demo ran (its gate's verdict is
+       printed, not returned)
   1    done, and the answer is no: gate failed the run; explain found no such
        row; no rollout of collect's run succeeded (resumed rows included), or
        it could not reach the agent

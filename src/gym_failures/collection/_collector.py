@@ -155,9 +155,9 @@ class Collector:
                 failure_kind=TRANSPORT_UNREACHABLE,
                 failure_reason=(
                     f"the agent at {url_without_secrets(self.config.agent_url)} accepted no connection "
-                    f"within {self.config.wait_ready_s:g} s (wait_ready_s); {schedule.open} rollout(s) "
-                    f"have no final outcome yet ({untried} never tried, their budgets whole): collect "
-                    "again once it is up"
+                    f"within {self.config.wait_ready_s:g} s (wait_ready_s); {without_outcome(schedule.open)} "
+                    f"({untried} never tried, {'its budget' if untried == 1 else 'their budgets'} whole): "
+                    "collect again once it is up"
                 ),
             )
 
@@ -299,3 +299,12 @@ async def collect(
     """Run one collection (resuming what is on disk) and return its summary; `AgentDown` when the
     agent accepts no connection within `wait_ready_s` (the rollouts not yet final are kept)."""
     return await Collector(config, on_progress, clock=clock).run()
+
+
+def without_outcome(count: int) -> str:
+    """`count` rollouts have no final outcome yet, in words that agree with `count`."""
+    return (
+        f"{count} rollout has no final outcome yet"
+        if count == 1
+        else f"{count} rollouts have no final outcome yet"
+    )

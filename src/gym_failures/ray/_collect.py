@@ -70,6 +70,7 @@ import itertools
 import json
 import os
 import secrets
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -79,7 +80,7 @@ import ray.exceptions
 
 from gym_failures.collection import CollectionConfig, CollectionSummary, RowWriter
 from gym_failures.collection._attempt_row import AttemptRow
-from gym_failures.collection._collector import Collector, dispatcher_for
+from gym_failures.collection._collector import Collector, dispatcher_for, without_outcome
 from gym_failures.collection._dispatcher import AttemptDispatcher
 from gym_failures.collection._pacing import Clock
 from gym_failures.collection._resume import PendingRollout
@@ -410,15 +411,46 @@ class RayWorkers:
             self._running = None
 
 
+_JOIN_PROBE_S = 10.0
+"""How long `_init_ray` waits for a TCP answer from a `host:port` address before it calls it
+unreachable: Ray itself retries an address that does not answer for minutes (20 tries of a 5 s
+connect and a 1 s sleep, and more), ignoring Ctrl-C meanwhile."""
+
+
 def _init_ray(address: str | None) -> None:
     """`ray.init(address)`, or `RayJoinError` naming what Ray said in one line (an address it cannot
-    parse, a Ray Client address without `ray[client]`, a cluster it cannot reach)."""
+    parse, a Ray Client address without `ray[client]`, a cluster it cannot reach). A `host:port`
+    address (given, or in `RAY_ADDRESS`) is probed first (`_unreachable`): one that nothing answers
+    on fails at once, rather than after Ray's minutes of retries."""
+    target = address if address is not None else os.environ.get("RAY_ADDRESS")
+    unreachable = _unreachable(target) if target else None
+    if unreachable is not None:
+        raise RayJoinError(f"could not join Ray at {redact(target or '')}: {unreachable}")
     try:
         ray.init(address=address, log_to_driver=False, include_dashboard=False)
     except Exception as error:  # Ray raises ValueError, RuntimeError, ConnectionError and its own
         said = redact(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
         where = f" at {redact(address)}" if address else ""
         raise RayJoinError(f"could not join Ray{where}: {said}") from error
+
+
+def _unreachable(address: str) -> str | None:
+    """Why nothing can answer at a `host:port` address (a host that does not resolve, a refused
+    connection, no answer within `_JOIN_PROBE_S`), or None: it answers, or it is no `host:port`
+    (`auto`, `local`, `ray://...`, which Ray reads its own way)."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not host or "/" in address or not port.isdigit():
+        return None
+    host = host.strip("[]")  # an IPv6 address, `[::1]:6379`
+    try:
+        with socket.create_connection((host, int(port)), timeout=_JOIN_PROBE_S):
+            return None
+    except socket.gaierror:
+        return f"cannot resolve the host {host!r}"
+    except TimeoutError:
+        return f"no answer within {_JOIN_PROBE_S:.0f} s"
+    except OSError as error:
+        return f"nothing answers there ({error.strerror or type(error).__name__})"
 
 
 class RayCollector(Collector):
@@ -547,7 +579,7 @@ class RayCollector(Collector):
                 failure_reason=(
                     f"{not_started} of {len(self.workers)} Ray workers did not start within "
                     f"{self._start_timeout():g} s (each asks for one CPU; the cluster has "
-                    f"{_cluster_cpus():g}); {self._open} rollout(s) have no final outcome yet: collect "
+                    f"{_cluster_cpus():g}); {without_outcome(self._open)}: collect "
                     f"again with {'a smaller pool' if self.pool is not None else 'fewer workers'} "
                     "to resume them"
                 ),
@@ -556,8 +588,8 @@ class RayCollector(Collector):
             raise CollectionFailure(
                 failure_kind=COLLECTION_DISPATCH_FAILED,
                 failure_reason=(
-                    f"every Ray worker was lost and did not come back; {self._open} rollout(s) have no "
-                    "final outcome yet: collect again to resume them"
+                    f"every Ray worker was lost and did not come back; {without_outcome(self._open)}: "
+                    "collect again to resume them"
                 ),
             )
 
