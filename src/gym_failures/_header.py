@@ -113,7 +113,8 @@ def log_invalid_report(
     if isinstance(error, ValidationError) and error.error_count():
         first = error.errors(include_input=False, include_url=False)[0]
         location = _schema_location(first["loc"], names)
-        what = f"{error.error_count()} error(s), first {first['type']} at {location!r}"
+        count = error.error_count()
+        what = f"{count} error{'' if count == 1 else 's'}, first {first['type']} at {location!r}"
     else:
         what = type(error).__name__
     LOGGER.warning("invalid failure report in %s (%d bytes): %s; reported as omitted", where, size, what)

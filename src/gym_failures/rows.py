@@ -529,7 +529,8 @@ def _encoded(row: Mapping[str, Any]) -> bytes:
             raise  # no number is at fault: a circular reference, a programming error
         previous = clean.get(NONFINITE)
         clean[NONFINITE] = {**previous, **found} if isinstance(previous, dict) else found
-        _LOGGER.warning("a row held %d non-finite number(s), written as null: %s", len(found), sorted(found))
+        numbers = "a non-finite number" if len(found) == 1 else f"{len(found)} non-finite numbers"
+        _LOGGER.warning("a row held %s, written as null: %s", numbers, sorted(found))
         return (_dumps(clean) + "\n").encode()
 
 

@@ -21,7 +21,7 @@ import ray
 
 from gym_failures.collection import CollectionConfig, collect
 from gym_failures.ray import RayCollector, RayWorkers, collect_on_ray
-from gym_failures.ray._collect import _JOIN_PROBE_S, _unreachable
+from gym_failures.ray._collect import _JOIN_PROBE_S, RayJoinError, _init_ray, _unreachable
 from tests.on_ray.saved import assert_whole, plan_of, rows_of
 
 pytestmark = pytest.mark.usefixtures("ray_address")
@@ -376,7 +376,7 @@ def test_an_address_ray_cannot_use_is_one_line_and_exit_2(tmp_path: Path) -> Non
     ]
 
 
-@pytest.mark.parametrize("through", ["--ray ADDRESS", "RAY_ADDRESS"])
+@pytest.mark.parametrize("through", ["--ray ADDRESS", "RAY_ADDRESS", "RAY_ADDRESS, --ray auto"])
 def test_an_address_nothing_answers_on_is_one_line_and_exit_2_at_once(tmp_path: Path, through: str) -> None:
     """Ray retries an address that refuses for minutes, deaf to Ctrl-C; the probe before it answers
     at once. Refused by construction: the port is bound (so no one else takes it) and not listening."""
@@ -386,13 +386,14 @@ def test_an_address_nothing_answers_on_is_one_line_and_exit_2_at_once(tmp_path: 
         bound.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{bound.getsockname()[1]}"
         environment = {name: value for name, value in os.environ.items() if not name.startswith("RAY_")}
-        if through == "RAY_ADDRESS":
+        if through.startswith("RAY_ADDRESS"):
             environment["RAY_ADDRESS"] = address
+        option = ("--ray", address) if through == "--ray ADDRESS" else None
         done = subprocess.run(
             [
                 *(sys.executable, "-m", "gym_failures.cli", "collect", str(tasks)),
                 *("--agent-url", "http://127.0.0.1:9", "--output", str(tmp_path / "out" / "r.jsonl")),
-                *(("--ray", address) if through == "--ray ADDRESS" else ("--ray",)),
+                *(option or (("--ray",) if through == "RAY_ADDRESS" else ("--ray", "auto"))),
             ],
             capture_output=True,
             text=True,
@@ -406,6 +407,28 @@ def test_an_address_nothing_answers_on_is_one_line_and_exit_2_at_once(tmp_path: 
         "nothing answers there (Connection refused)"
     ]
     assert not (tmp_path / "out").exists(), "nothing is written"
+
+
+def test_a_loopback_address_is_probed_where_ray_dials_it() -> None:
+    """Ray dials a loopback host at the node's own address; a cluster that listens only there
+    answers Ray, so the probe must not call it unreachable."""
+    from ray._private.services import get_node_ip_address
+
+    node: str = get_node_ip_address()  # type: ignore[no-untyped-call]
+    with socket.socket() as listening:
+        listening.bind((node, 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        assert _unreachable(f"127.0.0.1:{port}") is None
+        assert _unreachable(f"localhost:{port}") is None
+
+
+def test_an_addresss_userinfo_never_reaches_the_line() -> None:
+    with pytest.raises(RayJoinError) as raised:
+        _init_ray("alice:s3cretPassw0rd@127.0.0.1:1")
+    assert "s3cretPassw0rd" not in str(raised.value)
+    assert "alice" not in str(raised.value)
+    assert str(raised.value).startswith("could not join Ray at ***@127.0.0.1:1: ")
 
 
 @pytest.mark.parametrize("address", ["auto", "local", "ray://head:10001", "not-an-address", "head:", ":6379"])

@@ -69,7 +69,7 @@ def read_episode_response(body: bytes, url: str) -> BaseEpisodeResponse:
             failure_kind=ENVIRONMENT_PROTOCOL_VIOLATION,
             failure_reason=(
                 f"{url_without_secrets(url)} replied 2xx without a valid episode response "
-                f"({error.error_count()} validation error(s))"
+                f"({error.error_count()} validation error{'' if error.error_count() == 1 else 's'})"
             ),
         ) from None
     reward = None if response.result is None else response.result.get("reward")

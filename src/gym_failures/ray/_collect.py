@@ -41,11 +41,11 @@ Decisions:
   are all final first just ends the workers that never started.
 - The workers need `gym-failures[aiohttp]` installed where they run (the cluster's image); no
   runtime environment is shipped.
-- An exchange answers once it has a row and, for at most `_LINGER_S` (5 ms) more, until it has a
-  quarter of the worker's concurrency (or nothing else is running): a Ray call costs about half a
-  millisecond of CPU on each side, and paying it per row was most of what a worker cost beyond the
-  local collector. Half the concurrency again waits in the worker, so its slots stay busy meanwhile.
-  Rows go back in the order their attempts finished; a row waits at most 5 ms more.
+- An exchange answers once it has a row and, for at most `_LINGER_S` (10 ms) more, until it has half
+  the worker's concurrency (or nothing else is running): a Ray call costs about half a millisecond
+  of CPU on each side, and paying it per row was most of what a worker cost beyond the local
+  collector. As many attempts again as it runs wait in the worker, so its slots stay busy meanwhile.
+  Rows go back in the order their attempts finished; a row waits at most 10 ms more.
 - A success row goes back encoded, as the line the driver writes (`_EncodedRow`: the row with the
   agent URL's secrets replaced, by `RowWriter`'s rule, with its telemetry outcome): encoding a large
   reply's row is most of its cost, and the one driver would otherwise pay it for every worker. The
@@ -420,33 +420,50 @@ connect and a 1 s sleep, and more), ignoring Ctrl-C meanwhile."""
 def _init_ray(address: str | None) -> None:
     """`ray.init(address)`, or `RayJoinError` naming what Ray said in one line (an address it cannot
     parse, a Ray Client address without `ray[client]`, a cluster it cannot reach). A `host:port`
-    address (given, or in `RAY_ADDRESS`) is probed first (`_unreachable`): one that nothing answers
-    on fails at once, rather than after Ray's minutes of retries."""
-    target = address if address is not None else os.environ.get("RAY_ADDRESS")
+    address (given, or in `RAY_ADDRESS` when none or `auto` is given, as Ray reads it) is probed first
+    (`_unreachable`): one that nothing answers on fails at once, rather than after Ray's minutes of
+    retries. Userinfo in an address (`user:password@host:port`) is shown as `***@`."""
+    target = address
+    if address is None or address == "auto":
+        target = os.environ.get("RAY_ADDRESS") or address
     unreachable = _unreachable(target) if target else None
     if unreachable is not None:
-        raise RayJoinError(f"could not join Ray at {redact(target or '')}: {unreachable}")
+        raise RayJoinError(f"could not join Ray at {_shown(target or '')}: {unreachable}")
     try:
         ray.init(address=address, log_to_driver=False, include_dashboard=False)
     except Exception as error:  # Ray raises ValueError, RuntimeError, ConnectionError and its own
-        said = redact(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
-        where = f" at {redact(address)}" if address else ""
-        raise RayJoinError(f"could not join Ray{where}: {said}") from error
+        said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if address:
+            said = said.replace(address, _shown(address))
+        where = f" at {_shown(address)}" if address else ""
+        raise RayJoinError(f"could not join Ray{where}: {redact(said)}") from error
+
+
+def _shown(address: str) -> str:
+    """`address` as a message may show it: its userinfo (`user:password@`) as `***@`, redacted."""
+    scheme, separator, rest = address.rpartition("://")
+    _, at, host = rest.rpartition("@")
+    return redact(f"{scheme}{separator}{'***@' if at else ''}{host}")
 
 
 def _unreachable(address: str) -> str | None:
     """Why nothing can answer at a `host:port` address (a host that does not resolve, a refused
     connection, no answer within `_JOIN_PROBE_S`), or None: it answers, or it is no `host:port`
-    (`auto`, `local`, `ray://...`, which Ray reads its own way)."""
+    (`auto`, `local`, `ray://...`, which Ray reads its own way). A loopback host is probed where Ray
+    dials it, the node's own address (`resolve_ip_for_localhost`)."""
     host, colon, port = address.rpartition(":")
-    if not colon or not host or "/" in address or not port.isdigit():
+    if not colon or not host or "/" in address or "@" in address or not port.isdigit():
         return None
     host = host.strip("[]")  # an IPv6 address, `[::1]:6379`
+    with contextlib.suppress(Exception):  # Ray's own rule, private to it: as typed when it moves
+        from ray._private.services import resolve_ip_for_localhost
+
+        host = resolve_ip_for_localhost(host)
     try:
         with socket.create_connection((host, int(port)), timeout=_JOIN_PROBE_S):
             return None
     except socket.gaierror:
-        return f"cannot resolve the host {host!r}"
+        return "cannot resolve its host"
     except TimeoutError:
         return f"no answer within {_JOIN_PROBE_S:.0f} s"
     except OSError as error:
