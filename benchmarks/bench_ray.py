@@ -81,13 +81,18 @@ def _agent(delay_s: float) -> Iterator[str]:
         stop(process)
 
 
-def _config(directory: Path, agent_url: str, concurrency: int) -> CollectionConfig:
+def _config(directory: Path, agent_url: str, concurrency: int, **options: Any) -> CollectionConfig:
     tasks = directory / "tasks.jsonl"
     if not tasks.exists():
         tasks.write_text('{"id": "t"}\n' * ROLLOUTS)
     output = Path(tempfile.mkdtemp(dir=directory)) / "rollouts.jsonl"
     return CollectionConfig(
-        input_path=tasks, output_path=output, agent_url=agent_url, concurrency=concurrency, max_attempts=3
+        input_path=tasks,
+        output_path=output,
+        agent_url=agent_url,
+        concurrency=concurrency,
+        max_attempts=3,
+        **options,
     )
 
 

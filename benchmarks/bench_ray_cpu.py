@@ -44,6 +44,7 @@ from typing import Any
 
 from benchmarks._timing import markdown_table
 from benchmarks.bench_ray import _agent, _empty_actors, _Instant
+from benchmarks.bench_ray import _config as bench_ray_config
 from gym_failures._loop import loop_factory
 from gym_failures._loop import run as run_loop
 from gym_failures.collection import CollectionConfig, collect
@@ -115,18 +116,8 @@ def _canned_agent(kb: int) -> Iterator[tuple[str, int]]:
 
 
 def _config(directory: Path, agent_url: str, concurrency: int) -> CollectionConfig:
-    tasks = directory / "tasks.jsonl"
-    if not tasks.exists():
-        tasks.write_text('{"id": "t"}\n' * ROLLOUTS)
-    output = Path(tempfile.mkdtemp(dir=directory)) / "rollouts.jsonl"
-    return CollectionConfig(
-        input_path=tasks,
-        output_path=output,
-        agent_url=agent_url,
-        concurrency=concurrency,
-        max_attempts=3,
-        wait_ready_s=0,  # the ingest part's agent is no server: nothing probes it
-    )
+    # No readiness wait: the ingest part's agent is no server, and nothing probes it.
+    return bench_ray_config(directory, agent_url, concurrency, wait_ready_s=0)
 
 
 def _process_cpu(pid: int) -> float:

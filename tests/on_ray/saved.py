@@ -1,11 +1,30 @@
-"""What a Ray test reads back from a run's files: its rows, their plan, and the run's wholeness."""
+"""What a Ray test reads back from a run's files: its rows, their plan, and the run's wholeness; and
+the config of a run of its own tasks (`config_of`)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from gym_failures.collection import CollectionConfig, read_rows
+
+
+def config_of(
+    directory: Path, agent_url: str, tasks: list[dict[str, Any]], **options: Any
+) -> CollectionConfig:
+    """A run of `tasks` against `agent_url`, its tasks and output under `directory` (concurrency 4
+    and 3 attempts unless `options` say otherwise)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tasks_path = directory / "tasks.jsonl"
+    tasks_path.write_text("".join(json.dumps(task) + "\n" for task in tasks))
+    return CollectionConfig(
+        input_path=tasks_path,
+        output_path=directory / "out" / "rollouts.jsonl",
+        agent_url=agent_url,
+        **{"concurrency": 4, "max_attempts": 3, **options},
+    )
 
 
 def rows_of(config: CollectionConfig) -> list[dict[str, Any]]:

@@ -19,21 +19,9 @@ from gym_failures.collection._resume import PendingRollout
 from gym_failures.ray import RayCollector, collect_on_ray
 from gym_failures.ray._collect import _AttemptWorker, _batch_size, _EncodedRow
 from gym_failures.redaction import REDACTED, forget_registered_secrets, register_secret
-from tests.on_ray.saved import assert_whole
+from tests.on_ray.saved import assert_whole, config_of
 
 pytestmark = pytest.mark.usefixtures("ray_address")
-
-
-def _config(directory: Path, agent_url: str, tasks: list[dict[str, Any]], **options: Any) -> CollectionConfig:
-    directory.mkdir(parents=True, exist_ok=True)
-    tasks_path = directory / "tasks.jsonl"
-    tasks_path.write_text("".join(json.dumps(task) + "\n" for task in tasks))
-    return CollectionConfig(
-        input_path=tasks_path,
-        output_path=directory / "out" / "rollouts.jsonl",
-        agent_url=agent_url,
-        **{"concurrency": 4, "max_attempts": 3, **options},
-    )
 
 
 _SUCCESS_TASKS: list[dict[str, Any]] = [
@@ -48,8 +36,8 @@ async def test_success_lines_from_ray_workers_are_the_lines_a_local_run_writes(
     tmp_path: Path, agent_url: str
 ) -> None:
     tasks = _SUCCESS_TASKS * 4
-    local = _config(tmp_path / "local", agent_url, tasks)
-    on_ray = _config(tmp_path / "ray", agent_url, tasks, concurrency=8)
+    local = config_of(tmp_path / "local", agent_url, tasks)
+    on_ray = config_of(tmp_path / "ray", agent_url, tasks, concurrency=8)
     await collect(local)
     await collect_on_ray(on_ray, workers=2)
     local_lines = sorted(local.output_path.read_bytes().splitlines())
@@ -64,7 +52,7 @@ async def test_a_secret_registered_on_the_driver_is_redacted_from_rows_the_worke
     """A worker cannot know the driver's registered secrets: while there are any, the rows come back
     whole and are redacted by the driver, as a local run's."""
     secret = "Zq9DriverOnlySecretValue"
-    config = _config(tmp_path, agent_url, [{"mode": "echo", "note": f"key={secret}"}] * 6)
+    config = config_of(tmp_path, agent_url, [{"mode": "echo", "note": f"key={secret}"}] * 6)
     register_secret(secret)
     try:
         await collect_on_ray(config, workers=2)
@@ -79,7 +67,7 @@ def test_a_row_encoded_before_a_secret_was_registered_is_redacted_by_the_driver(
     """A secret registered mid-run, after a worker encoded a row: the driver decodes it and saves it
     as any row, redacted."""
     secret = "Zq9RegisteredMidRunValue"
-    config = _config(tmp_path, "http://127.0.0.1:9", [{"mode": "ok"}])
+    config = config_of(tmp_path, "http://127.0.0.1:9", [{"mode": "ok"}])
     row = {
         "rollout_id": "0:0",
         "task_index": 0,
@@ -143,7 +131,7 @@ async def _turns(count: int = 5) -> None:
 
 
 async def test_exchanges_return_every_row_in_the_order_the_attempts_finished(tmp_path: Path) -> None:
-    config = _config(tmp_path, "http://127.0.0.1:9", [], concurrency=8)
+    config = config_of(tmp_path, "http://127.0.0.1:9", [], concurrency=8)
     assert _batch_size(8) == 4
     gates = {index: asyncio.Event() for index in range(6)}
     worker = _HeldWorker(gates)
@@ -167,7 +155,7 @@ async def test_exchanges_return_every_row_in_the_order_the_attempts_finished(tmp
 
 async def test_an_exchange_answers_with_every_row_finished_meanwhile(tmp_path: Path) -> None:
     """Rows that finish together go back in one exchange (one Ray call for them all)."""
-    config = _config(tmp_path, "http://127.0.0.1:9", [], concurrency=16)
+    config = config_of(tmp_path, "http://127.0.0.1:9", [], concurrency=16)
     gates = {index: asyncio.Event() for index in range(4)}
     for gate in gates.values():
         gate.set()
@@ -180,7 +168,7 @@ async def test_an_exchange_answers_with_every_row_finished_meanwhile(tmp_path: P
 async def test_an_exchange_with_one_row_does_not_wait_for_attempts_that_go_on(tmp_path: Path) -> None:
     """Once a row is done the exchange waits a moment for more, never for the attempts still
     running: it answers with what it has, and the rest come in later exchanges, none lost."""
-    config = _config(tmp_path, "http://127.0.0.1:9", [], concurrency=8)
+    config = config_of(tmp_path, "http://127.0.0.1:9", [], concurrency=8)
     gates = {index: asyncio.Event() for index in range(4)}
     worker = _HeldWorker(gates)
     gates[2].set()
@@ -204,7 +192,7 @@ async def test_batched_rows_keep_every_row_in_attempt_order_across_a_worker_kill
     # with attempts in hand however fast the run goes (`"until"`, tests/collection/agent_app.py).
     gate = tmp_path / "gate"
     tasks = [{"mode": "ok", "sleep": 0.2, **({"until": str(gate)} if i >= 16 else {})} for i in range(40)]
-    config = _config(tmp_path, agent_url, tasks, concurrency=8)
+    config = config_of(tmp_path, agent_url, tasks, concurrency=8)
     collector = RayCollector(config, workers=2)
 
     async def kill_a_worker() -> None:

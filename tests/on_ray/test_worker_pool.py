@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -19,26 +18,14 @@ from typing import Any
 import pytest
 import ray
 
-from gym_failures.collection import CollectionConfig, collect
+from gym_failures.collection import collect
 from gym_failures.ray import RayCollector, RayWorkers, collect_on_ray
 from gym_failures.ray._collect import _JOIN_PROBE_S, RayJoinError, _init_ray, _unreachable
-from tests.on_ray.saved import assert_whole, plan_of, rows_of
+from tests.on_ray.saved import assert_whole, config_of, plan_of, rows_of
 
 pytestmark = pytest.mark.usefixtures("ray_address")
 
 MODES = ("ok", "retry_then_ok", "always_fail", "terminal", "raise", "garbage", "masked")
-
-
-def _config(directory: Path, agent_url: str, tasks: list[dict[str, Any]], **options: Any) -> CollectionConfig:
-    directory.mkdir(parents=True, exist_ok=True)
-    tasks_path = directory / "tasks.jsonl"
-    tasks_path.write_text("".join(json.dumps(task) + "\n" for task in tasks))
-    return CollectionConfig(
-        input_path=tasks_path,
-        output_path=directory / "out" / "rollouts.jsonl",
-        agent_url=agent_url,
-        **{"concurrency": 4, "max_attempts": 3, **options},
-    )
 
 
 async def _states(pool: RayWorkers) -> list[dict[str, Any]]:
@@ -86,8 +73,8 @@ async def test_successive_runs_on_one_pool_save_the_rows_a_local_run_saves(
     async with RayWorkers(workers=2) as pool:
         pids: list[list[int]] = []
         for index, (tasks, url, options) in enumerate(configs):
-            on_pool = _config(tmp_path / f"pool{index}", url, tasks, **options)
-            local = _config(tmp_path / f"local{index}", url, tasks, **options)
+            on_pool = config_of(tmp_path / f"pool{index}", url, tasks, **options)
+            local = config_of(tmp_path / f"local{index}", url, tasks, **options)
             pooled_summary = await collect_on_ray(on_pool, workers=pool)
             local_summary = await collect(local)
             assert plan_of(rows_of(on_pool)) == plan_of(rows_of(local))
@@ -124,7 +111,7 @@ async def test_a_run_cancelled_on_a_pool_leaves_it_usable_and_the_resume_loses_n
     tmp_path: Path, agent_url: str
 ) -> None:
     tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(40)]
-    config = _config(tmp_path / "run", agent_url, tasks)
+    config = config_of(tmp_path / "run", agent_url, tasks)
     async with RayWorkers(workers=2) as pool:
         collector = RayCollector(config, workers=pool)
         run = asyncio.create_task(collector.run())
@@ -145,12 +132,12 @@ async def test_a_run_cancelled_on_a_pool_leaves_it_usable_and_the_resume_loses_n
 async def test_a_worker_killed_between_runs_is_back_for_the_next_run(tmp_path: Path, agent_url: str) -> None:
     tasks = [{"mode": "ok", "sleep": 0.05} for _ in range(16)]
     async with RayWorkers(workers=2) as pool:
-        await collect_on_ray(_config(tmp_path / "a", agent_url, tasks), workers=pool)
+        await collect_on_ray(config_of(tmp_path / "a", agent_url, tasks), workers=pool)
         handles = list(pool.handles)
         before = await _states(pool)
         ray.kill(pool.handles[0], no_restart=False)  # Ray restarts it, under the same handle
         assert await _restarted(pool.handles[0], before[0]["pid"])
-        config = _config(tmp_path / "b", agent_url, tasks)
+        config = config_of(tmp_path / "b", agent_url, tasks)
         summary = await asyncio.wait_for(collect_on_ray(config, workers=pool), 60)
         assert (summary.succeeded, summary.dispatch_errors) == (16, 0)
         after = await _states(pool)
@@ -166,7 +153,7 @@ async def test_a_worker_killed_mid_run_on_a_pool_loses_nothing_and_stays_in_the_
     tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(24)]
     async with RayWorkers(workers=2) as pool:
         before = await _states(pool)
-        config = _config(tmp_path / "a", agent_url, tasks)
+        config = config_of(tmp_path / "a", agent_url, tasks)
         collector = RayCollector(config, workers=pool)
         run = asyncio.create_task(collector.run())
         while collector.progress.attempts < 4:
@@ -178,7 +165,7 @@ async def test_a_worker_killed_mid_run_on_a_pool_loses_nothing_and_stays_in_the_
         assert lost, "the kill landed while attempts were in flight"
         assert all(row["rollout_failure"]["delivery"] == "possibly_delivered" for row in lost)
         assert await _restarted(pool.handles[0], before[0]["pid"]), "Ray restarted it under the same handle"
-        again = _config(tmp_path / "b", agent_url, tasks[:8])
+        again = config_of(tmp_path / "b", agent_url, tasks[:8])
         assert (await collect_on_ray(again, workers=pool)).succeeded == 8
         assert [state["run"] for state in await _states(pool)] == [None, None]
 
@@ -190,7 +177,7 @@ async def test_a_worker_killed_just_before_a_run_loses_nothing(tmp_path: Path, a
     async with RayWorkers(workers=2) as pool:
         await asyncio.gather(*(worker.ready.remote() for worker in pool.handles))
         ray.kill(pool.handles[0], no_restart=False)
-        config = _config(tmp_path / "b", agent_url, tasks)
+        config = config_of(tmp_path / "b", agent_url, tasks)
         summary = await asyncio.wait_for(collect_on_ray(config, workers=pool), 60)
         assert summary.succeeded == 16
         for row in assert_whole(config, 16):
@@ -211,8 +198,8 @@ async def _restarted(worker: Any, pid: int) -> bool:
 
 
 async def test_two_runs_at_once_on_one_pool_are_refused(tmp_path: Path, agent_url: str) -> None:
-    first = _config(tmp_path / "a", agent_url, [{"mode": "ok", "sleep": 0.3} for _ in range(4)])
-    second = _config(tmp_path / "b", agent_url, [{"mode": "ok"}])
+    first = config_of(tmp_path / "a", agent_url, [{"mode": "ok", "sleep": 0.3} for _ in range(4)])
+    second = config_of(tmp_path / "b", agent_url, [{"mode": "ok"}])
     async with RayWorkers(workers=1) as pool:
         running = asyncio.create_task(collect_on_ray(first, workers=pool))
         await asyncio.sleep(0.05)
@@ -224,7 +211,7 @@ async def test_two_runs_at_once_on_one_pool_are_refused(tmp_path: Path, agent_ur
 
 
 async def test_a_pool_not_open_is_refused(tmp_path: Path, agent_url: str) -> None:
-    config = _config(tmp_path / "a", agent_url, [{"mode": "ok"}])
+    config = config_of(tmp_path / "a", agent_url, [{"mode": "ok"}])
     pool = RayWorkers(workers=1)
     with pytest.raises(RuntimeError, match="not open"):
         await collect_on_ray(config, workers=pool)
@@ -240,13 +227,13 @@ async def test_a_pool_not_open_is_refused(tmp_path: Path, agent_url: str) -> Non
 def test_a_pool_of_no_workers_is_a_clear_value_error(workers: Any, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="workers must be a whole number of at least 1"):
         RayWorkers(workers=workers)
-    config = _config(tmp_path, "http://127.0.0.1:1", [{"mode": "ok"}])
+    config = config_of(tmp_path, "http://127.0.0.1:1", [{"mode": "ok"}])
     with pytest.raises(ValueError, match="workers must be a whole number of at least 1"):
         RayCollector(config, workers=workers)
 
 
 def test_an_address_goes_to_the_pool_not_to_a_run_on_it(tmp_path: Path) -> None:
-    config = _config(tmp_path, "http://127.0.0.1:1", [{"mode": "ok"}])
+    config = config_of(tmp_path, "http://127.0.0.1:1", [{"mode": "ok"}])
     with pytest.raises(ValueError, match="address goes to the RayWorkers pool"):
         RayCollector(config, workers=RayWorkers(1), address="ray://head:10001")
 
@@ -282,7 +269,7 @@ class _OutOfReachOnce:
 async def test_rows_of_attempts_already_recorded_as_lost_are_not_taken_twice(
     tmp_path: Path, agent_url: str
 ) -> None:
-    config = _config(tmp_path, agent_url, [{"mode": "ok", "sleep": 0.3}] * 12)
+    config = config_of(tmp_path, agent_url, [{"mode": "ok", "sleep": 0.3}] * 12)
     async with RayWorkers(workers=1) as pool:
         real = pool.handles
         pool.handles = [_OutOfReachOnce(real[0])]
@@ -307,7 +294,7 @@ async def test_a_frozen_worker_is_lost_after_the_attempt_timeout_and_the_other_f
     # The exchange deadline (timeout + grace) must end the frozen worker's exchange, which cannot
     # answer, and never the live worker's 0.1 s attempts: every lost row must be the frozen worker's.
     # 10 s is a hang guard for those (2 s left a loaded machine too little room).
-    config = _config(tmp_path, agent_url, [{"mode": "ok", "sleep": 0.1}] * 40, timeout_s=10)
+    config = config_of(tmp_path, agent_url, [{"mode": "ok", "sleep": 0.1}] * 40, timeout_s=10)
     async with RayWorkers(workers=2) as pool:
         frozen = (await _states(pool))[0]["pid"]
         collecting = asyncio.create_task(RayCollector(config, workers=pool).run())
@@ -456,7 +443,7 @@ async def test_a_short_attempt_timeout_still_gives_new_workers_time_to_start(
     an attempt timeout of half a second does not fail the first run on a pool just started."""
     # speed-ok: the subject is a timeout shorter than a worker's start; an attempt over 0.5 s is retried
     # (3 attempts), and the run fails only if the start window used it (a CollectionFailure)
-    config = _config(tmp_path, agent_url, [{"mode": "ok"}] * 4, timeout_s=0.5)
+    config = config_of(tmp_path, agent_url, [{"mode": "ok"}] * 4, timeout_s=0.5)
     async with RayWorkers(workers=2) as pool:
         summary = await collect_on_ray(config, workers=pool)
     assert summary.succeeded == 4

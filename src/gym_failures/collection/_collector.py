@@ -207,23 +207,27 @@ class Collector:
             self.on_progress(self.progress)
 
     def _save(self, writer: RowWriter, row: dict[str, Any], *, dispatched: bool = True) -> None:
-        """Write `row`, then count it: in telemetry when it is an attempt's, and in `progress`. The one
-        place a row is written. The collector's own secrets (the agent URL's user info and query values,
-        and the Basic credential the client sends for them) are replaced wherever the row holds them:
-        an agent's reply may quote the request it was sent."""
+        """Write `row` (as `_line_of` makes it), then count it: in telemetry when it is an attempt's,
+        and in `progress`. The one place a row is written."""
+        line, outcome = self._line_of(row)
         try:
-            writer.write(redact_values(row, self._secrets))
+            writer.write_line(line)
         except BaseException:
             if dispatched:
                 omitted = RolloutOutcome("omitted", final=False)
                 record_rollout(omitted, self.config.agent_name)
                 self.progress.add(omitted)
             raise
-        outcome = rollout_outcome(row)
         if dispatched:
             record_rollout(outcome, self.config.agent_name)
         self.progress.add(outcome, dispatched=dispatched)
         self._progress()
+
+    def _line_of(self, row: dict[str, Any]) -> tuple[bytes, RolloutOutcome]:
+        """The line `row` is saved as, and its outcome. The collector's own secrets (the agent URL's
+        user info and query values, and the Basic credential the client sends for them) are replaced
+        wherever the row holds them: an agent's reply may quote the request it was sent."""
+        return RowWriter.encode(redact_values(row, self._secrets)), rollout_outcome(row)
 
     async def _worker(
         self, attempt: AttemptFunction, schedule: Schedule, successes: RowWriter, failures: RowWriter

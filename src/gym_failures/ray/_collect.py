@@ -66,6 +66,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -90,7 +91,7 @@ from gym_failures.failures import CollectionFailure, exception_type_name
 from gym_failures.ray._failures import gym_failure_of
 from gym_failures.redaction import has_registered_secrets, redact, redact_values, url_secrets
 from gym_failures.rows import rollout_id
-from gym_failures.telemetry import CollectionProgress, RolloutOutcome, record_rollout, rollout_outcome
+from gym_failures.telemetry import CollectionProgress, RolloutOutcome, rollout_outcome
 
 _Work = tuple[int, PendingRollout, int]
 """An attempt sent to a worker: its ticket (unique in the run), the rollout, the attempt number."""
@@ -141,17 +142,17 @@ class _EncodedRow(AttemptRow):
     @classmethod
     def of(cls, attempt: AttemptRow, secrets: list[str]) -> _EncodedRow:
         row = attempt.row
-        return cls(
-            {key: value for key, value in row.items() if key not in _LARGE_KEYS},
-            succeeded=attempt.succeeded,
-            final=attempt.final,
-            dispatch_error=attempt.dispatch_error,
-            retry_hint_s=attempt.retry_hint_s,
-            transport_kind=attempt.transport_kind,
-            persisted=attempt.persisted,
-            line=RowWriter.encode(redact_values(row, secrets)),
-            outcome=rollout_outcome(row),
-        )
+        small = {key: value for key, value in row.items() if key not in _LARGE_KEYS}
+        line = RowWriter.encode(redact_values(row, secrets))
+        return cls(small, **_flags(attempt), line=line, outcome=rollout_outcome(row))
+
+
+def _flags(attempt: AttemptRow) -> dict[str, Any]:
+    """What an `AttemptRow` says of its row, every field but the row itself."""
+    return {name: getattr(attempt, name) for name in _FLAGS}
+
+
+_FLAGS = tuple(field.name for field in dataclasses.fields(AttemptRow) if field.name != "row")
 
 
 _LARGE_KEYS = frozenset({"result", "response"})
@@ -544,24 +545,12 @@ class RayCollector(Collector):
         finally:
             self._encoded = None
 
-    def _save(self, writer: RowWriter, row: dict[str, Any], *, dispatched: bool = True) -> None:
+    def _line_of(self, row: dict[str, Any]) -> tuple[bytes, RolloutOutcome]:
+        """The line and outcome the worker made, for the row it encoded; else the collector's own."""
         encoded = self._encoded
         if encoded is None or row is not encoded.row or encoded.outcome is None:
-            super()._save(writer, row, dispatched=dispatched)
-            return
-        # `Collector._save`, with the line and its outcome as the worker made them.
-        try:
-            writer.write_line(encoded.line)
-        except BaseException:
-            if dispatched:
-                omitted = RolloutOutcome("omitted", final=False)
-                record_rollout(omitted, self.config.agent_name)
-                self.progress.add(omitted)
-            raise
-        if dispatched:
-            record_rollout(encoded.outcome, self.config.agent_name)
-        self.progress.add(encoded.outcome, dispatched=dispatched)
-        self._progress()
+            return super()._line_of(row)
+        return encoded.line, encoded.outcome
 
     async def dispatch_rollouts(
         self, rollouts: list[PendingRollout], successes: RowWriter, failures: RowWriter
@@ -804,15 +793,7 @@ async def _answered(worker: Any) -> None:
 
 def _decoded(encoded: _EncodedRow) -> AttemptRow:
     """A worker-encoded row as the row it encodes, to be saved (and redacted) as any row."""
-    return AttemptRow(
-        json.loads(encoded.line),
-        succeeded=encoded.succeeded,
-        final=encoded.final,
-        dispatch_error=encoded.dispatch_error,
-        retry_hint_s=encoded.retry_hint_s,
-        transport_kind=encoded.transport_kind,
-        persisted=encoded.persisted,
-    )
+    return AttemptRow(json.loads(encoded.line), **_flags(encoded))
 
 
 def _restarted_row(lost: AttemptDispatcher, rollout: PendingRollout, attempt: int) -> AttemptRow:

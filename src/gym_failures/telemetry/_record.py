@@ -28,8 +28,6 @@ from gym_failures.telemetry._labels import failure_kind_label, failure_type_labe
 from gym_failures.telemetry._progress import RolloutOutcome
 
 if TYPE_CHECKING:
-    from types import ModuleType
-
     from opentelemetry.context import Context
     from opentelemetry.metrics import CallbackOptions, Histogram, Meter, Observation
     from opentelemetry.trace import Span, Status
@@ -203,17 +201,20 @@ def _load() -> _Instruments | None:
     if _disabled():
         return None
     try:
-        from opentelemetry import metrics, trace
+        from opentelemetry import metrics
     except ImportError:
         return None
     try:
-        _instruments = _made(metrics.get_meter(INSTRUMENTATION_NAME), trace)
+        _instruments = _made(metrics.get_meter(INSTRUMENTATION_NAME))
     except Exception as error:
         LOGGER.debug("telemetry is off: OpenTelemetry refused the instruments (%s)", type(error).__name__)
     return _instruments
 
 
-def _made(meter: Meter, trace: ModuleType) -> _Instruments:
+def _made(meter: Meter) -> _Instruments:
+    """The instruments from `meter`, and what a reply's record reads of the tracing API."""
+    from opentelemetry import trace
+
     rollouts, server_failures = _Counts(), _Counts()
     sizes = _Sizes(
         meter.create_histogram(
