@@ -19,6 +19,11 @@ Decisions:
   (`is_empty`), never an identity check against the shared report.
 - The log keeps the request's ASGI scope (`request_scope`, set by the middleware) so that the
   request's own secrets are read from it only when a report is about to leave the server.
+- A call that *ended* in failure (its latest `ModelOperationObservation` is `failed`) makes the
+  request's reply name that failure as its own (`failure_id`) even when the handler returned: an
+  answer built on a failed call is not a clean measurement (`gym_failures.calls`). The first such
+  call in the order the calls began is named; its event must be in the log (past `MAX_EVENTS` the
+  log is `omitted`, and a reader treats an omitted report as incomplete evidence).
 """
 
 from __future__ import annotations
@@ -209,10 +214,32 @@ class RequestFailureLog:
         """The log of the request being served, or `None` outside a Gym server request."""
         return CURRENT_REQUEST_LOG.get()
 
+    def failed_call(self) -> ModelOperationObservation | None:
+        """The first call (in the order the calls began) whose last attempt failed, with its failure
+        among the log's events; `None` when every call observed ended well."""
+        events = self.report.events
+        for operation in self.model_operations.values():
+            if operation.outcome == "failed" and operation.failure_id in events:
+                return operation
+        return None
+
+    def own_report(self) -> FailureReport:
+        """The log's report as a reply that raised nothing carries it: its observations, and as its
+        own failure (`failure_id`) the failure a call ended in, if one did (`failed_call`)."""
+        if not self.model_operations:
+            return self.report
+        failed = self.failed_call()
+        if failed is None:
+            return self.report
+        report = self.report
+        return FailureReport.model_construct(
+            events=report.events, failure_id=failed.failure_id, omitted=report.omitted
+        )
+
     def reply_report(self, error: BaseException | None) -> FailureReport:
-        """The report for this request's reply: its own failure (`error`, `None` on success) and the
-        log, scrubbed of the request's own secrets and the registered ones (not yet fitted to the
-        header's bound: `gym_failures.reply.fit`)."""
+        """The report for this request's reply: its own failure (`error`; on a reply without one, the
+        failure a call ended in, `own_report`) and the log, scrubbed of the request's own secrets and
+        the registered ones (not yet fitted to the header's bound: `gym_failures.reply.fit`)."""
         failure = explicit_gym_failure(error)
-        report = self.report if failure is None else failure.failure_report().merged(self.report)
+        report = self.own_report() if failure is None else failure.failure_report().merged(self.report)
         return scrub(report, self.request_secrets())

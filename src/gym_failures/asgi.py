@@ -85,7 +85,12 @@ from gym_failures._request_log import CURRENT_REQUEST_LOG
 from gym_failures._stream_relay import relay_stream, sse_event
 from gym_failures.client import status_error_failure
 from gym_failures.failure_kinds import INFRASTRUCTURE_ERROR, FailureStage
-from gym_failures.failure_records import FailureBoundary, FailureEvent, FailureReport
+from gym_failures.failure_records import (
+    FailureBoundary,
+    FailureEvent,
+    FailureReport,
+    merged_taking_failure_id,
+)
 from gym_failures.failure_transport import FailureHeader, RequestFailureLog
 from gym_failures.failures import (
     NgFailureEvent,
@@ -304,7 +309,8 @@ def _with_report_header(message: Message, log: RequestFailureLog) -> Message:
                 report = decoded if report is None else report.merged(decoded)
         else:
             headers.append((name, value))
-    report = scrub(log.report if report is None else report.merged(log.report), log.request_secrets())
+    own = log.own_report()
+    report = scrub(own if report is None else merged_taking_failure_id(report, own), log.request_secrets())
     fitted = fit(report)
     record_reply(message["status"], report, fitted)
     if fitted.header_value is not None:

@@ -82,6 +82,7 @@ def _outcome_figures(progress: CollectionProgress) -> dict[str, Any]:
         "scored": progress.scored,
         "of_which_degraded": progress.degraded,
         "masked": progress.masked,
+        "tainted": dict(progress.tainted_by_kind),
         "gate_derived": dict(progress.gate_derived_by_kind),
     }
 

@@ -71,6 +71,12 @@ def add_gate(commands: Subcommands) -> None:
         metavar="N",
         help=f"most expected rollouts without a final outcome (default {GATE_DEFAULTS['max_missing']})",
     )
+    parser.add_argument(
+        "--score-tainted",
+        action="store_true",
+        help="judge a tainted result (a success built on a call that ended in failure: a cut stream "
+        "joined into the answer, say) as any success; by default it is an outcome of its own, not scored",
+    )
     add_json_option(parser)
 
 
@@ -80,7 +86,7 @@ def _run_gate(arguments: argparse.Namespace) -> int:
     files = row_inputs(arguments.paths)
     given = {name: getattr(arguments, name) for name in GATE_DEFAULTS if getattr(arguments, name) is not None}
     thresholds = acceptance.GateThresholds(**given) if given else None  # None: the defaults
-    coverage = acceptance.read_coverage(files, arguments.expected)
+    coverage = acceptance.read_coverage(files, arguments.expected, score_tainted=arguments.score_tainted)
     if coverage.seen == 0:
         names = ", ".join(str(path) for path in files)
         if coverage.expected_source == "rows_seen":

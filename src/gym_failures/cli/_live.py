@@ -2,7 +2,7 @@
 progress bar on a terminal, plain lines otherwise) and its `/metrics` endpoint (`metrics_endpoint`).
 
 On a terminal (stderr) the bar shows rollouts done of expected, this run's scored rollouts (as the
-gate counts them: a verdict, else a finite reward, and no gate class), its degraded, masked and
+gate counts them: a verdict, else a finite reward, and no gate class), its degraded, masked, tainted and
 gate-derived successes when there are any, final failures by class, attempts retried, the rollouts
 reopened and backing off, how long dispatch has waited for the agent to accept connections, the rate
 and the time left; it is transient. When stderr is no terminal (a CI log, a file) the same figures go
@@ -55,6 +55,8 @@ def counts_text(progress: CollectionProgress) -> str:
         text += f" ({progress.degraded} degraded)"
     if progress.masked:
         text += f" · {progress.masked} masked"
+    if sum(progress.tainted.values()):
+        text += f" · tainted: {_by_class(progress.tainted)}"
     if sum(progress.gate_derived.values()):
         text += f" · gate-derived: {_by_class(progress.gate_derived)}"
     text += f" · failed: {_by_class(progress.failed) or 'none'} · {progress.retried} retried"

@@ -18,6 +18,7 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
 from gym_failures import _http_status
+from gym_failures.client._calls import reply_outcome
 from gym_failures.client._libraries import library_of, reply_library
 from gym_failures.client._library_types import HttpLibrary, Reply
 from gym_failures.failure_kinds import (
@@ -295,6 +296,8 @@ async def raise_boundary_failure(
     """
     library, status, report = _observed(response)
     if _http_status.is_success(status):
+        # A success whose own report names a failure was built on a call that ended in it.
+        reply_outcome(None if report is None else report.failure_id)
         return
     failure, _ = await _failure_for(
         library,
@@ -307,6 +310,7 @@ async def raise_boundary_failure(
         attempt_id=attempt_id,
         report=report,
     )
+    reply_outcome(failure.event_id, failed_status=True)
     raise failure
 
 
@@ -321,6 +325,7 @@ async def raise_for_status(
     rebuilt failure (`.failure`, also its `__cause__`) and the reply's content (`.content`)."""
     library, status, report = _observed(response)
     if not _http_status.is_failed_reply(status):
+        reply_outcome(None if report is None else report.failure_id)
         return
     failure, content = await _failure_for(
         library,
@@ -333,4 +338,5 @@ async def raise_for_status(
         attempt_id=None,
         report=report,
     )
+    reply_outcome(failure.event_id, failed_status=True)
     raise library.status_error(response, failure, content) from failure

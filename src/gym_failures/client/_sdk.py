@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from gym_failures._http_status import is_failed_reply
+from gym_failures.client import _calls
 from gym_failures.client._libraries import library_of
 from gym_failures.client._reply import DEFAULT_KIND_BY_BOUNDARY, body_excerpt, reply_failure, retry_after_s
 from gym_failures.client._stream import stream_failure
@@ -86,7 +87,7 @@ __all__ = ["FAILURE_EXTENSION", "READER_EXTENSION", "observe_attempts", "observe
 
 ClientT = TypeVar("ClientT")
 
-FAILURE_EXTENSION = "gym_failures.failure"
+FAILURE_EXTENSION = _calls.FAILURE_EXTENSION
 """The request extension where the hook keeps the failure it observed for that attempt."""
 READER_EXTENSION = "gym_failures.stream_reader"
 """The request extension where the hook keeps a streamed reply's `StreamFailureReportReader`."""
@@ -103,19 +104,40 @@ def observe_attempts(
     hooks: dict[str, list[Callable[..., Any]]] = dict(http_client.event_hooks)  # type: ignore[attr-defined]
     if is_async:
 
+        async def on_request_async(request: Any) -> None:
+            _calls.begin_attempt(request)
+
         async def on_response_async(response: Any) -> None:
             _on_response(response, called, is_async=True)
 
+        before: Callable[..., Any] = on_request_async
         hook: Callable[..., Any] = on_response_async
     else:
 
         def on_response(response: Any) -> None:
             _on_response(response, called, is_async=False)
 
+        before = _calls.begin_attempt
         hook = on_response
+    hooks["request"] = [*hooks.get("request", []), before]
     hooks["response"] = [*hooks.get("response", []), hook]
     http_client.event_hooks = hooks  # type: ignore[attr-defined]
+    _observe_transports(http_client, called)
     return http_client
+
+
+def _observe_transports(http_client: Any, boundary: FailureBoundary) -> None:
+    """Wrap the client's transports (its default one and its mounts) so that an attempt that gets no
+    reply is recorded as its call's failure. httpx takes transports only when a client is made: the
+    wrapping reaches its private attributes, and leaves a client that has none of them as it is."""
+    transport = getattr(http_client, "_transport", None)
+    if transport is not None and not isinstance(transport, _calls.ObservedTransport):
+        http_client._transport = _calls.ObservedTransport(transport, boundary)
+    mounts = getattr(http_client, "_mounts", None)
+    if isinstance(mounts, dict):
+        for pattern, mounted in list(mounts.items()):
+            if mounted is not None and not isinstance(mounted, _calls.ObservedTransport):
+                mounts[pattern] = _calls.ObservedTransport(mounted, boundary)
 
 
 def _details(response: Any, status: int | None, *, body: str = "") -> HttpDetails:
@@ -145,7 +167,10 @@ def _on_response(response: Any, boundary: FailureBoundary, *, is_async: bool) ->
         extensions[FAILURE_EXTENSION] = failure
         if report is None:  # a report was observed whole above
             observe_failure(failure)
+        _calls.end_attempt(response.request, failure.event_id)
         return
+    # A success whose own report names a failure was built on a call that ended in it, downstream.
+    _calls.end_attempt(response.request, None if report is None else report.failure_id)
     # Every body is watched for a connection that breaks mid-way (the SDKs retry those); only a
     # stream is read for its terminal event.
     reader = None
@@ -227,9 +252,11 @@ class _ObservedStream:
             failed = stream_failure(reader, boundary=self._boundary, url=str(request.url))
             if failed is not None:
                 request.extensions[FAILURE_EXTENSION] = failed
+                _calls.end_attempt(request, failed.event_id)
         if failure is not None:
             request.extensions[FAILURE_EXTENSION] = failure
             observe_failure(failure)
+            _calls.end_attempt(request, failure.event_id)
 
     def __iter__(self) -> Iterator[bytes]:
         try:

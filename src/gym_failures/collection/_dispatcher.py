@@ -69,7 +69,12 @@ from gym_failures.failure_kinds import (
     TRANSPORT_TIMEOUT,
     TRANSPORT_UNREACHABLE,
 )
-from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureReport
+from gym_failures.failure_records import (
+    BaseEpisodeResponse,
+    EpisodeFailure,
+    FailureReport,
+    merged_taking_failure_id,
+)
 from gym_failures.failure_transport import FailureReportRow, RequestFailureLog
 from gym_failures.failures import CollectionFailure, HttpDetails, NgFailureEvent, exception_type_name
 from gym_failures.redaction import url_without_secrets
@@ -240,7 +245,9 @@ class AttemptDispatcher:
                     seen_of(failure, self.config.agent_url),
                 )
             seen = AttemptSeen(source="environment", delivery="delivered", http_status=status)
-            header = log.report
+            # The agent's own report, its `failure_id` included: a success built on a call that
+            # ended in failure names that failure (`gym_failures.calls`).
+            header = log.own_report()
             body = response.failure_report
             if body is None:
                 return response, header, seen
@@ -248,7 +255,7 @@ class AttemptDispatcher:
                 # The header said `{"omitted": true}` alone: the report was too large for it, and the
                 # body carries it whole, with its own `omitted` flag.
                 header = FailureReport()
-            return response, bounded_report(body.merged(header)), seen
+            return response, bounded_report(merged_taking_failure_id(body, header)), seen
 
     async def _exchange(
         self, session: aiohttp.ClientSession, url: str, payload: dict[str, Any]

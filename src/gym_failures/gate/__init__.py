@@ -8,7 +8,8 @@ module, each with its part of the contract in its docstring:
 - `_answers`: a success row's answer and verification (the success-row contract), and the rules that
   derive a gate class from them (`DEFAULT_RULES`, in precedence order, and why that order);
 - `_coverage`: what the rows cover, each rollout counted once (`Coverage`, `rollout_coverage`,
-  `read_coverage`), and where `expected` comes from;
+  `read_coverage`), where `expected` comes from, and which results are tainted (`tainted_failure`:
+  a success built on a call that ended in failure);
 - `_verdict`: the coverage against `GateThresholds` (`check`, `GateVerdict`);
 - `_table`: the coverage table as data (`coverage_rows`, `COVERAGE_COLUMNS` and the lines around
   it), which `gym-failures gate` and the HTML report only draw.
@@ -22,6 +23,7 @@ is defined on its path (the gate's types are frozen dataclasses), so `gym-failur
 
 from gym_failures.gate._answers import (
     DEFAULT_RULES,
+    TRUNCATION_REASONS,
     GateRule,
     derive_gate_kind,
     empty_answer,
@@ -31,7 +33,13 @@ from gym_failures.gate._answers import (
     output_text,
     truncated_answer,
 )
-from gym_failures.gate._coverage import Coverage, gate_kind_class, read_coverage, rollout_coverage
+from gym_failures.gate._coverage import (
+    Coverage,
+    gate_kind_class,
+    read_coverage,
+    rollout_coverage,
+    tainted_failure,
+)
 from gym_failures.gate._table import (
     COVERAGE_COLUMNS,
     CoverageRow,
@@ -47,6 +55,7 @@ from gym_failures.gate._verdict import GateThresholds, GateVerdict, check
 __all__ = [
     "COVERAGE_COLUMNS",
     "DEFAULT_RULES",
+    "TRUNCATION_REASONS",
     "Coverage",
     "CoverageRow",
     "GateRule",
@@ -68,5 +77,6 @@ __all__ = [
     "read_coverage",
     "rollout_coverage",
     "skipped_text",
+    "tainted_failure",
     "truncated_answer",
 ]

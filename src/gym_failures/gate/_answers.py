@@ -14,8 +14,13 @@ Success-row contract (what the default rules read from a success row's `result`)
     hold no text; or
   - a chat completion: `choices[0].finish_reason` (`"stop"`, `"length"`, ...) and
     `choices[0].message.content` (a string, or a list of parts with `text`).
-  A result without a response in either shape gives the answer rules no evidence: they return None,
-  and only the verification is judged.
+  - an Anthropic message: `type` `"message"`, `stop_reason` (`"end_turn"`, `"max_tokens"`, ...) and
+    `content`, a list of blocks whose `text` blocks carry the answer; or
+  - the answer's text itself, a string: an agent that returns what its model said. Its reply's
+    finish reason then travels beside it, in `result["finish_reason"]` (or `result["stop_reason"]`),
+    as the API named it (`"length"`, `"max_tokens"`, `"max_output_tokens"` mean the token limit).
+  A result without a response in any of these shapes gives the answer rules no evidence: they return
+  None, and only the verification is judged.
 - `result["verification"]`: the verifier's account, optional (a NeMo Gym completed row has none:
   its `reward` is the measurement, see `has_verdict`), a mapping with `verdict` (a bool, a number or a
   non-empty string; None or absent when no verdict was reached) and, for a verifier that extracts
@@ -25,8 +30,10 @@ Success-row contract (what the default rules read from a success row's `result`)
 Rules (`DEFAULT_RULES`, in this order; the first that returns a kind wins):
 
 1. `truncated_answer`: a Responses object with status `incomplete` and reason `max_output_tokens`,
-   or a chat `finish_reason` of `length`.
-2. `empty_answer`: a response with no final output text (whitespace only counts as none).
+   a chat `finish_reason` of `length`, an Anthropic `stop_reason` of `max_tokens`, or a text answer
+   whose finish reason is one of `TRUNCATION_REASONS`.
+2. `empty_answer`: a response with no final output text (whitespace only counts as none), a text
+   answer `""` or whitespace included.
 3. `malformed_answer`: a verification with `extracted_answer` None while the output text is not empty.
 4. `grading_without_verdict`: no measurement: a verification whose verdict is None (or absent), or,
    without a verification, no finite `reward` (None, missing, NaN).
@@ -59,6 +66,10 @@ from gym_failures.failure_kinds import (
 GateRule = Callable[[Mapping[str, Any]], str | None]
 """A rule: a success row (normalized) to the gate class it derives, or None."""
 
+TRUNCATION_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
+"""The finish reasons that say a reply stopped at its output-token limit: OpenAI Chat's, Anthropic's
+and the Responses API's incomplete reason."""
+
 
 # --- Reading a success row ---------------------------------------------------------------------
 
@@ -74,15 +85,23 @@ def _result(row: Mapping[str, Any]) -> Mapping[str, Any]:
     return _mapping(row.get("result")) or {}
 
 
-def _response(row: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    response = _mapping(_result(row).get("response"))
+def _response(row: Mapping[str, Any]) -> Mapping[str, Any] | str | None:
+    value = _result(row).get("response")
+    if isinstance(value, str):
+        return value
+    response = _mapping(value)
     if response is None:
         return None
     if isinstance(response.get("output"), list) or "status" in response or "output_text" in response:
         return response
-    if _first_choice(response) is not None:
+    if _first_choice(response) is not None or _is_message(response):
         return response
     return None
+
+
+def _is_message(response: Mapping[str, Any]) -> bool:
+    """Whether `response` is an Anthropic message (`type` "message", `content` a list)."""
+    return response.get("type") == "message" and isinstance(response.get("content"), list)
 
 
 def _first_choice(response: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -108,8 +127,13 @@ def _text_parts(content: object, part_types: frozenset[str]) -> list[str]:
     return texts
 
 
-def output_text(response: Mapping[str, Any]) -> str:
-    """The final output text of a Responses object or a chat completion; "" when it has none."""
+def output_text(response: Mapping[str, Any] | str) -> str:
+    """The final output text of a Responses object, a chat completion, an Anthropic message or a text
+    answer; "" when it has none."""
+    if isinstance(response, str):
+        return response
+    if _is_message(response):
+        return "".join(_text_parts(response.get("content"), frozenset({"text"})))
     choice = _first_choice(response)
     if choice is not None:
         message = _mapping(choice.get("message")) or {}
@@ -164,6 +188,12 @@ def truncated_answer(row: Mapping[str, Any]) -> str | None:
     response = _response(row)
     if response is None:
         return None
+    if isinstance(response, str):
+        result = _result(row)
+        reasons = (result.get("finish_reason"), result.get("stop_reason"))
+        return TRUNCATED_ANSWER if any(_truncation(reason) for reason in reasons) else None
+    if _is_message(response):
+        return TRUNCATED_ANSWER if response.get("stop_reason") == "max_tokens" else None
     choice = _first_choice(response)
     if choice is not None:
         return TRUNCATED_ANSWER if choice.get("finish_reason") == "length" else None
@@ -171,6 +201,10 @@ def truncated_answer(row: Mapping[str, Any]) -> str | None:
     if response.get("status") == "incomplete" and details.get("reason") == "max_output_tokens":
         return TRUNCATED_ANSWER
     return None
+
+
+def _truncation(reason: object) -> bool:
+    return isinstance(reason, str) and reason in TRUNCATION_REASONS
 
 
 def empty_answer(row: Mapping[str, Any]) -> str | None:

@@ -36,6 +36,16 @@ drained, never started) is missing and named (`missing_rollouts`, the first `MAX
 by task and rollout; `left_no_row` counts them, NeMo Gym's `_missing_rollout_rows_counted_as_zero`),
 and an outcome of a rollout they do not hold is `unexpected`.
 
+A success row whose saved report names a failure of its own (`_ng_failure_id`) is **tainted**: the
+agent answered, but a call its answer was built on ended in failure (a cut stream joined into the
+answer, a call whose retries ran out and was caught; `gym_failures.calls`). Seen is not handled: a
+tainted result is not a clean measurement. It is an outcome of its own (`tainted`, by the failure's
+kind in `tainted_by_kind`), never scored unless the caller asks (`score_tainted=True`, `gate
+--score-tainted`: then it is judged as any success and counted apart as `tainted`, as `degraded` is),
+and it counts against its failure's responsibility class like a failed outcome (`by_class`), so the
+evaluation-side share sees an infrastructure failure that an agent absorbed. A masked result stays
+masked (it is not trained on either way).
+
 A row is read, never trusted: a value of the wrong type (a list where a string belongs, a number for
 a mapping) is no evidence, and no row makes the gate raise.
 """
@@ -85,6 +95,9 @@ _STAGES: frozenset[str] = frozenset(get_args(FailureStage))
 
 ExpectedSource = Literal["given", "materialized_inputs", "manifest", "rows_seen"]
 
+# `FailureReportRow.FAILURE_ID`, named here so the gate starts without the transport modules.
+_FAILURE_ID_KEY = "_ng_failure_id"
+
 MAX_LISTED_MISSING = 100
 """How many missing rollouts `Coverage.missing_rollouts` names; `missing` counts them all."""
 _EXPECTED_SOURCES: frozenset[str] = frozenset(get_args(ExpectedSource))
@@ -133,6 +146,15 @@ class Coverage:
     gate_derived: dict[str, int] = field(default_factory=_class_counts)
     """Gate-derived outcomes by class."""
     gate_derived_by_kind: dict[str, int] = field(default_factory=dict)
+    tainted: int = 0
+    """Success rows built on a call that ended in failure (their report names a failure of its own):
+    outcomes, not scored (unless `tainted_scored`)."""
+    tainted_by_class: dict[str, int] = field(default_factory=_class_counts)
+    """Tainted outcomes by the responsibility class of the failure they name."""
+    tainted_by_kind: dict[str, int] = field(default_factory=dict)
+    tainted_scored: bool = False
+    """Whether tainted results were judged as any success (`score_tainted`): then `tainted` counts a
+    part of the other outcomes, as `degraded` does."""
     retried_attempts: int = 0
     """Failure rows that were not final: attempts a later one replaced."""
     missing: int
@@ -181,6 +203,7 @@ class Coverage:
             + self.masked
             + sum(self.failed.values())
             + sum(self.gate_derived.values())
+            + (0 if self.tainted_scored else self.tainted)
         )
 
     @property
@@ -193,8 +216,9 @@ class Coverage:
         return count / self.expected if self.expected else 0.0
 
     def by_class(self, failure_class: FailureClass) -> int:
-        """Failed and gate-derived outcomes of one class."""
-        return self.failed[failure_class.value] + self.gate_derived[failure_class.value]
+        """Failed, gate-derived and (unless scored) tainted outcomes of one class."""
+        tainted = 0 if self.tainted_scored else self.tainted_by_class.get(failure_class.value, 0)
+        return self.failed[failure_class.value] + self.gate_derived[failure_class.value] + tainted
 
     def as_dict(self) -> dict[str, Any]:
         """Every field, then `outcomes` and `line`: JSON-ready (`gym-failures gate --json`)."""
@@ -210,10 +234,11 @@ def _require_int(name: str, value: object) -> None:
 class _Outcome:
     rank: int  # a success (1) settles a rollout over a final failure (0)
     attempt: int
-    category: str  # "scored", "unscored", "masked", "failed" or "gate"
+    category: str  # "scored", "unscored", "masked", "failed", "gate" or "tainted"
     kind: str | None = None
     failure_class: str | None = None
     degraded: str | None = None  # a scored result's degraded kind
+    tainted: tuple[str, str] | None = None  # a tainted result's failure: its kind and class
 
 
 def _attempt(row: Mapping[str, Any]) -> int:
@@ -258,21 +283,44 @@ def _failure_evidence(
     return kind, cast(FailureStage | None, stage), status
 
 
+def tainted_failure(
+    row: Mapping[str, Any], config: failure_kinds.FailureClassificationConfig | None = None
+) -> tuple[str, str] | None:
+    """The failure a success row was built on (its report's own failure: kind and responsibility
+    class), or None for a row whose report names none (see the module docstring)."""
+    if not isinstance(row.get(_FAILURE_ID_KEY), str):
+        return None
+    # Imported here, as in `_failure_evidence`: most rows name no failure of their own.
+    from gym_failures.failure_transport import FailureReportRow
+
+    report = FailureReportRow.report(row)
+    event = report.events.get(report.failure_id) if report.failure_id is not None else None
+    if event is None:
+        # An invalid saved report (read as omitted): it named a failure, which is evidence enough.
+        return ("(unreadable)", FailureClass.UNKNOWN.value)
+    failure_class = classify_failure(event.failure_kind, event.stage, event.http_status, config=config)
+    return (event.failure_kind, failure_class.value)
+
+
 def _outcome(
     row: Mapping[str, Any],
     rules: Sequence[GateRule],
     config: failure_kinds.FailureClassificationConfig | None,
+    score_tainted: bool = False,
 ) -> _Outcome | None:
     """The outcome `row` records, or None for an attempt that was retried."""
     if "failure" not in row:
         if row.get("masked") is True:
             return _Outcome(1, _attempt(row), "masked")
+        tainted = tainted_failure(row, config)
+        if tainted is not None and not score_tainted:
+            return _Outcome(1, _attempt(row), "tainted", tainted[0], tainted[1], tainted=tainted)
         kind = derive_gate_kind(row, rules)
         if kind is not None:
-            return _Outcome(1, _attempt(row), "gate", kind, gate_kind_class(kind, config))
+            return _Outcome(1, _attempt(row), "gate", kind, gate_kind_class(kind, config), tainted=tainted)
         if not has_verdict(row):
-            return _Outcome(1, _attempt(row), "unscored")
-        return _Outcome(1, _attempt(row), "scored", degraded=degraded_kind(row))
+            return _Outcome(1, _attempt(row), "unscored", tainted=tainted)
+        return _Outcome(1, _attempt(row), "scored", degraded=degraded_kind(row), tainted=tainted)
     if row.get("final") is not True:
         return None
     kind, stage, status = _failure_evidence(row, config)
@@ -287,11 +335,13 @@ def rollout_coverage(
     config: failure_kinds.FailureClassificationConfig | None = None,
     max_attempts: int | None = None,
     inventory: Inventory | None = None,
+    score_tainted: bool = False,
 ) -> Coverage:
     """The coverage of `rows` (in any supported form; each is normalized first, `max_attempts` being
     the budget that makes a NeMo Gym failure row final: NeMo Gym's own when None). With an
     `inventory` (the run's materialized inputs) and no `expected`, the inventory's rollouts are the
-    rollouts expected (see the module docstring)."""
+    rollouts expected (see the module docstring). `score_tainted` judges a tainted result as any
+    success (counted apart all the same)."""
     outcomes: dict[str, _Outcome] = {}
     seen: set[str] = set()
     retried = other = not_persisted = 0
@@ -308,7 +358,7 @@ def rollout_coverage(
         key = row.get("rollout_id")
         key = key if isinstance(key, str) else f"<row {index}>"
         seen.add(key)
-        outcome = _outcome(row, rules, config)
+        outcome = _outcome(row, rules, config, score_tainted)
         if outcome is None:
             retried += 1
             if row.get("from_nemo_gym") is True:
@@ -325,7 +375,7 @@ def rollout_coverage(
             closing = {**failures[-1], "final": True, "final_reason": "attempt_budget_exhausted"}
             outcomes[key] = cast(_Outcome, _outcome(closing, rules, config))
             retried -= 1
-    coverage = _coverage(outcomes, len(seen), retried, other, expected)
+    coverage = _coverage(outcomes, len(seen), retried, other, expected, score_tainted)
     if inventory is not None and expected is None:
         coverage = _against_inventory(coverage, outcomes, seen, inventory)
     return replace(coverage, not_persisted_rows=not_persisted) if not_persisted else coverage
@@ -351,16 +401,25 @@ def _against_inventory(
 
 
 def _coverage(
-    outcomes: Mapping[str, _Outcome], seen: int, retried: int, other: int, expected: int | None
+    outcomes: Mapping[str, _Outcome],
+    seen: int,
+    retried: int,
+    other: int,
+    expected: int | None,
+    score_tainted: bool = False,
 ) -> Coverage:
     categories: Counter[str] = Counter(outcome.category for outcome in outcomes.values())
-    failed, gate_derived = _class_counts(), _class_counts()
+    failed, gate_derived, tainted = _class_counts(), _class_counts(), _class_counts()
     failed_by_kind: Counter[str] = Counter()
     gate_by_kind: Counter[str] = Counter()
     degraded_by_kind: Counter[str] = Counter()
+    tainted_by_kind: Counter[str] = Counter()
     for outcome in outcomes.values():
         if outcome.degraded is not None:
             degraded_by_kind[outcome.degraded] += 1
+        if outcome.tainted is not None:
+            tainted_by_kind[outcome.tainted[0]] += 1
+            tainted[outcome.tainted[1]] += 1
         if outcome.category == "failed":
             assert outcome.failure_class is not None
             failed[outcome.failure_class] += 1
@@ -385,6 +444,10 @@ def _coverage(
         failed_by_kind=dict(failed_by_kind.most_common()),
         gate_derived=gate_derived,
         gate_derived_by_kind=dict(gate_by_kind.most_common()),
+        tainted=sum(tainted_by_kind.values()),
+        tainted_by_class=tainted,
+        tainted_by_kind=dict(tainted_by_kind.most_common()),
+        tainted_scored=score_tainted,
         retried_attempts=retried,
         missing=max(0, expected - len(outcomes)),
         unexpected=max(0, len(outcomes) - expected),
@@ -398,6 +461,7 @@ def read_coverage(
     rules: Sequence[GateRule] = DEFAULT_RULES,
     config: failure_kinds.FailureClassificationConfig | None = None,
     max_attempts: int | None = None,
+    score_tainted: bool = False,
 ) -> Coverage:
     """The coverage of the rows in `paths` (success and failure files, in any order).
 
@@ -411,7 +475,7 @@ def read_coverage(
     """
     paths = list(paths)
     if expected is not None:
-        return _read_coverage(paths, expected, rules, config, max_attempts)
+        return _read_coverage(paths, expected, rules, config, max_attempts, None, score_tainted)
     runs = run_expectations(paths)
     parts: list[Coverage] = []
     inventoried, counted = runs.inventoried, runs.counted
@@ -421,13 +485,13 @@ def read_coverage(
         counted = [*counted, *runs.others]
     if inventoried:
         inventory = read_inventory(runs.inventories)
-        parts.append(_read_coverage(inventoried, None, rules, config, max_attempts, inventory))
+        parts.append(_read_coverage(inventoried, None, rules, config, max_attempts, inventory, score_tainted))
     if counted:
-        coverage = _read_coverage(counted, runs.expected, rules, config, max_attempts)
+        coverage = _read_coverage(counted, runs.expected, rules, config, max_attempts, None, score_tainted)
         manifests = [str(path) for path in runs.manifests]
         parts.append(replace(coverage, expected_source="manifest", manifests=manifests))
     if not parts:
-        return _read_coverage(runs.others, None, rules, config, max_attempts)
+        return _read_coverage(runs.others, None, rules, config, max_attempts, None, score_tainted)
     return parts[0] if len(parts) == 1 else _added(*parts)
 
 
@@ -438,6 +502,7 @@ def _read_coverage(
     config: failure_kinds.FailureClassificationConfig | None,
     max_attempts: int | None,
     inventory: Inventory | None = None,
+    score_tainted: bool = False,
 ) -> Coverage:
     scans: list[JsonlScan] = []
 
@@ -447,7 +512,7 @@ def _read_coverage(
             scans.append(scan)
             yield from read_rows(path, scan, max_attempts)
 
-    coverage = rollout_coverage(rows(), expected, rules, config, max_attempts, inventory)
+    coverage = rollout_coverage(rows(), expected, rules, config, max_attempts, inventory, score_tainted)
     return replace(
         coverage,
         invalid_lines=sum(len(scan.invalid_lines) for scan in scans),
@@ -468,7 +533,7 @@ def _added(inventoried: Coverage, counted: Coverage) -> Coverage:
             total = Counter(first)
             total.update(second)
             # The class counts keep their classes' order, with zeros; the counts by kind, most first.
-            by_class = item.name in ("failed", "gate_derived")
+            by_class = item.name in ("failed", "gate_derived", "tainted_by_class")
             update[item.name] = {key: total[key] for key in first} if by_class else dict(total.most_common())
     return replace(
         inventoried,

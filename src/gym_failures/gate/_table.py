@@ -6,10 +6,11 @@ The two had drawn their own tables and drifted apart; these are the rules both n
 
 - The columns are `COVERAGE_COLUMNS`: what a row counts, its count of rollouts, its share of
   `expected`.
-- The rows come in one order: expected, scored (then its part, degraded), masked, the final
-  failures by class, the gate-derived outcomes by class (each in `FailureClass` order), unscored
-  when there are any, missing (then its part, the rollouts that left no row, when there are any),
-  unexpected when there are any.
+- The rows come in one order: expected, scored (then its parts, degraded, and tainted when tainted
+  results were scored), masked, tainted (results built on a call that ended in failure) when there
+  are any and they were not scored, the final failures by class, the gate-derived outcomes by
+  class (each in `FailureClass` order), unscored when there are any, missing (then its part, the
+  rollouts that left no row, when there are any), unexpected when there are any.
 - Every class has its failed and its gate-derived row, a zero included: "failed, unknown 0" is an
   answer too (the HTML report used to leave a zero unknown out).
 - `expected` and `unexpected` have no share (`CoverageRow.share` is None, drawn empty): the shares
@@ -53,6 +54,7 @@ RowKey = Literal[
     "scored",
     "degraded",
     "masked",
+    "tainted",
     "failed",
     "gate_derived",
     "unscored",
@@ -99,8 +101,12 @@ def coverage_rows(coverage: Coverage) -> tuple[CoverageRow, ...]:
         CoverageRow("expected", "expected", coverage.expected, None),
         row("scored", "scored", coverage.scored),
         row("degraded", "of which degraded", coverage.degraded, part=True),
-        row("masked", "masked", coverage.masked),
     ]
+    if coverage.tainted and coverage.tainted_scored:
+        rows.append(row("tainted", "of which tainted (built on a failed call)", coverage.tainted, part=True))
+    rows.append(row("masked", "masked", coverage.masked))
+    if coverage.tainted and not coverage.tainted_scored:
+        rows.append(row("tainted", "tainted (built on a failed call)", coverage.tainted))
     outcomes: tuple[tuple[RowKey, str, Mapping[str, int]], ...] = (
         ("failed", "failed", coverage.failed),
         ("gate_derived", "gate-derived", coverage.gate_derived),
@@ -139,6 +145,10 @@ def coverage_remarks(coverage: Coverage) -> list[str]:
     if coverage.degraded_by_kind:
         degraded = ", ".join(f"{kind} {count}" for kind, count in coverage.degraded_by_kind.items())
         remarks.append(f"degraded (scored, a failure kind named): {degraded}")
+    if coverage.tainted_by_kind:
+        tainted = ", ".join(f"{kind} {count}" for kind, count in coverage.tainted_by_kind.items())
+        scored = "scored as asked" if coverage.tainted_scored else "not scored"
+        remarks.append(f"tainted (a success built on a call that ended in failure, {scored}): {tainted}")
     return remarks
 
 

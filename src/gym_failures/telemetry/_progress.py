@@ -3,7 +3,9 @@
 `rollout_outcome` reads a row the collector has just written. A success row is counted as the gate
 counts it (`gym_failures.gate`, its default rules), so that "scored" means one thing in the live
 view, the metrics and the gate: `scored` when it holds a measurement (a verdict, else a finite
-`reward`) and no gate class; `masked` when NeMo Gym's `mask_sample` is true; `gate_derived` when a
+`reward`) and no gate class; `masked` when NeMo Gym's `mask_sample` is true; `tainted` when its
+report names a failure of its own (a call its answer was built on ended in failure: never scored by
+default, `gym_failures.gate`), with that failure's kind and class; `gate_derived` when a
 gate rule names a kind (`truncated_answer`, `grading_without_verdict`...), which it carries with its
 class. A scored result that names a `failure_kind` without `mask_sample` is `degraded` too. A failure
 row is `failed`, with its responsibility class (`classify_failure` of the `EpisodeFailure`'s kind and
@@ -31,7 +33,7 @@ from gym_failures.row_keys import FINAL
 
 __all__ = ["CollectionProgress", "Outcome", "RolloutOutcome", "rollout_outcome"]
 
-Outcome = Literal["scored", "masked", "gate_derived", "failed", "omitted"]
+Outcome = Literal["scored", "masked", "tainted", "gate_derived", "failed", "omitted"]
 _STAGES: frozenset[str] = frozenset(get_args(FailureStage))
 
 
@@ -52,13 +54,16 @@ class RolloutOutcome:
 def _success_outcome(row: Mapping[str, Any]) -> RolloutOutcome:
     """A success row's outcome, as the gate's default rules count it."""
     # Imported here: the gate's modules are loaded only once a success row is counted.
-    from gym_failures.gate import derive_gate_kind, gate_kind_class
+    from gym_failures.gate import derive_gate_kind, gate_kind_class, tainted_failure
     from gym_failures.nemo_gym import degraded_kind
     from gym_failures.rows import normalized
 
     read = normalized(row)
     if read.get("masked") is True:
         return RolloutOutcome("masked", final=True)
+    tainted = tainted_failure(read)
+    if tainted is not None:
+        return RolloutOutcome("tainted", True, failure_class=tainted[1], failure_kind=tainted[0])
     kind = derive_gate_kind(read)
     if kind is not None:
         return RolloutOutcome("gate_derived", True, failure_class=gate_kind_class(kind), failure_kind=kind)
@@ -100,12 +105,15 @@ class CollectionProgress:
     expected: int = 0
     already_done: int = 0
     succeeded: int = 0
-    """Rollouts whose final outcome is a success: scored, masked or gate-derived."""
+    """Rollouts whose final outcome is a success: scored, masked, tainted or gate-derived."""
     scored: int = 0
     """Successes the gate scores (a measurement, no gate class), as `Coverage.scored` counts them."""
     degraded: int = 0
     """Of `scored`, the results that name a `failure_kind` without `mask_sample`."""
     masked: int = 0
+    tainted: dict[str, int] = field(default_factory=dict)
+    """Successes built on a call that ended in failure (not scored), by the failure's class."""
+    tainted_by_kind: dict[str, int] = field(default_factory=dict)
     gate_derived: dict[str, int] = field(default_factory=dict)
     """Successes a gate rule names a kind for, by class (`model`, `evaluation`, `unknown`)."""
     gate_derived_by_kind: dict[str, int] = field(default_factory=dict)
@@ -153,13 +161,18 @@ class CollectionProgress:
         """Count one saved row; `dispatched` is false for a row that closes a rollout without an
         attempt (its recorded attempts already used up the budget)."""
         self.attempts += dispatched
-        if outcome.outcome in ("scored", "masked", "gate_derived"):
+        if outcome.outcome in ("scored", "masked", "tainted", "gate_derived"):
             self.succeeded += 1
             if outcome.outcome == "scored":
                 self.scored += 1
                 self.degraded += outcome.degraded
             elif outcome.outcome == "masked":
                 self.masked += 1
+            elif outcome.outcome == "tainted":
+                key = outcome.failure_class or "unknown"
+                self.tainted[key] = self.tainted.get(key, 0) + 1
+                kind = outcome.failure_kind or "(none)"
+                self.tainted_by_kind[kind] = self.tainted_by_kind.get(kind, 0) + 1
             else:
                 key = outcome.failure_class or "unknown"
                 self.gate_derived[key] = self.gate_derived.get(key, 0) + 1

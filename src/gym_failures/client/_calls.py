@@ -1,0 +1,193 @@
+"""The SDK hook's logical calls: which call each attempt is of, its headers, and how each one ended.
+
+`observe_attempts` (`client/_sdk.py`) calls `begin_attempt` from an httpx request hook, before an
+attempt is sent, and `end_attempt` when it knows the attempt's outcome (its reply's status, its
+stream's end, or the transport error that left it without a reply, seen by `ObservedTransport`).
+
+Which call an attempt is of (`gym_failures.calls` says why the call is the unit):
+
+1. the call the request names itself (`X-Gym-Call-Id`, sent by the caller), else
+2. the call a `logical_call()` block opened, else
+3. the SDK's own: an attempt whose `x-stainless-retry-count` is above 0 is a retry of the call the
+   task's last first attempt opened; any other attempt opens a new call.
+
+The attempt is sent with the call's headers (`X-Gym-Call-Id`, `X-Gym-Call-Attempt`), so a server that
+journals attempts (`gym-failures serve model`) groups them by call, never by body. Its outcome goes
+into the request's log as the call's latest `ModelOperationObservation` (`observe_model_operation`):
+`failed` with the failure the attempt ended in, or `completed`.
+
+Decisions:
+- An attempt's outcome never overwrites a later attempt's: a stream closed late must not reopen a call
+  its retry settled.
+- A success reply whose own report names a failure (`failure_id`: the server answered with a call of
+  its own that ended in failure) is a failed attempt: the answer is built on that failure, one hop
+  further down.
+- A streamed reply is `completed` when its status line arrives, and `failed` if its body then breaks
+  off, is cut before its terminal event or ends in a failure event.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Any
+
+from gym_failures.calls import (
+    CALL_ATTEMPT_HEADER,
+    CALL_ID_HEADER,
+    LogicalCall,
+    call_attempt_of,
+    call_id_of,
+    current_call,
+    new_call_id,
+)
+from gym_failures.client._transport import transport_kind
+from gym_failures.failure_records import FailureBoundary
+from gym_failures.failure_transport import RequestFailureLog, observe_failure, observe_model_operation
+from gym_failures.failures import HttpDetails, NgFailureEvent, exception_type_name, failure_type_for
+from gym_failures.redaction import url_without_secrets
+
+__all__ = ["CALL_EXTENSION", "ObservedTransport", "begin_attempt", "end_attempt", "reply_outcome"]
+
+CALL_EXTENSION = "gym_failures.call"
+"""The request extension where the hook keeps the attempt's call id and number."""
+FAILURE_EXTENSION = "gym_failures.failure"
+_RETRY_COUNT = "x-stainless-retry-count"
+
+# The call the SDK's last first attempt opened in this task or thread: its retries join it.
+_SDK_CALL: ContextVar[LogicalCall | None] = ContextVar("gym_failures_sdk_call", default=None)
+
+
+def begin_attempt(request: Any) -> None:
+    """Name the call `request` is an attempt of, in its headers and its extensions."""
+    headers = request.headers
+    sent = call_id_of(headers.get(CALL_ID_HEADER))
+    if sent is not None:
+        attempt = call_attempt_of(headers.get(CALL_ATTEMPT_HEADER)) or 1
+        request.extensions[CALL_EXTENSION] = (sent, attempt)
+        return
+    call = current_call()
+    if call is None:
+        retry = headers.get(_RETRY_COUNT)
+        call = _SDK_CALL.get()
+        if call is None or retry is None or not retry.isdigit() or int(retry) == 0:
+            call = LogicalCall(new_call_id())
+            _SDK_CALL.set(call)
+    attempt = call.next_attempt()
+    headers.update(call.headers(attempt))
+    request.extensions[CALL_EXTENSION] = (call.call_id, attempt)
+
+
+def end_attempt(request: Any, failure_id: str | None) -> None:
+    """Record how the attempt `request` ended (`failure_id`: the failure it ended in, else `None`) as
+    its call's latest outcome, unless a later attempt of the call already ended."""
+    named = request.extensions.get(CALL_EXTENSION)
+    log = RequestFailureLog.current()
+    if named is None or log is None:
+        return
+    call_id, attempt = named
+    _record(log, call_id, attempt, failure_id)
+
+
+def _record(log: RequestFailureLog, call_id: str, attempt: int, failure_id: str | None) -> None:
+    """Attempt `attempt` of call `call_id` as the call's latest outcome in `log`, unless a later
+    attempt of the call already ended."""
+    prior = log.model_operations.get(call_id)
+    if prior is not None and (prior.http_attempts or 0) > attempt:
+        return
+    observe_model_operation(
+        call_id,
+        "completed" if failure_id is None else "failed",
+        f"{call_id}.{attempt}",
+        failure_id=failure_id,
+        http_attempts=attempt,
+    )
+
+
+def reply_outcome(failure_id: str | None, *, failed_status: bool = False) -> None:
+    """Record a reply the client helpers read (`raise_boundary_failure`, `raise_for_status`) as an
+    attempt of the current `logical_call()`, ended in `failure_id` or not. Outside a call, a reply is
+    a call of its own: only a success reply that names a failure of its own (`failure_id`) is
+    recorded then, as a call that ended in that failure; a failed reply (`failed_status`) outside a
+    call raises, and whoever catches it decides."""
+    call = current_call()
+    log = RequestFailureLog.current()
+    if log is None:
+        return
+    if call is None:
+        if failure_id is None or failed_status:
+            return
+        call_id, attempt = new_call_id(), 1
+    else:
+        call_id, attempt = call.call_id, max(call.attempts, 1)
+    _record(log, call_id, attempt, failure_id)
+
+
+def transport_failure(request: Any, error: BaseException, boundary: FailureBoundary) -> NgFailureEvent | None:
+    """The failure of an attempt that got no reply (`error`: refused, reset, timed out), or `None`
+    for an error that is not a transport failure."""
+    mapped = transport_kind(error)
+    if mapped is None:
+        return None
+    url = url_without_secrets(str(request.url))
+    failure = failure_type_for(boundary)(
+        boundary=boundary,
+        failure_kind=mapped[0],
+        failure_reason=f"{request.method} {url}: {exception_type_name(error)}, no reply",
+        exception_type=exception_type_name(error),
+    )
+    failure.http_details = HttpDetails(method=request.method, url=url, delivery=mapped[1])
+    return failure
+
+
+class ObservedTransport:
+    """An httpx (or httpx2) transport, passed through, that records an attempt the transport raised
+    for (no reply: refused, reset, a timeout) as a failure of its call; the error is re-raised."""
+
+    def __init__(self, transport: Any, boundary: FailureBoundary) -> None:
+        self._transport = transport
+        self._boundary = boundary
+
+    def _failed(self, request: Any, error: BaseException) -> None:
+        failure = transport_failure(request, error, self._boundary)
+        if failure is None or isinstance(request.extensions.get(FAILURE_EXTENSION), NgFailureEvent):
+            return
+        request.extensions[FAILURE_EXTENSION] = failure
+        observe_failure(failure)
+        end_attempt(request, failure.event_id)
+
+    def handle_request(self, request: Any) -> Any:
+        try:
+            return self._transport.handle_request(request)
+        except Exception as error:
+            self._failed(request, error)
+            raise
+
+    async def handle_async_request(self, request: Any) -> Any:
+        try:
+            return await self._transport.handle_async_request(request)
+        except Exception as error:
+            self._failed(request, error)
+            raise
+
+    def close(self) -> None:
+        self._transport.close()
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+    def __enter__(self) -> Any:
+        self._transport.__enter__()
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        self._transport.__exit__(*args)
+
+    async def __aenter__(self) -> Any:
+        await self._transport.__aenter__()
+        return self
+
+    async def __aexit__(self, *args: Any) -> None:
+        await self._transport.__aexit__(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
