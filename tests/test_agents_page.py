@@ -142,9 +142,10 @@ def test_the_pages_example_rows_are_counted_as_it_says() -> None:
     assert (coverage.scored, coverage.degraded, coverage.masked) == (3, 1, 1)
     assert coverage.gate_derived_by_kind == {
         "grading_without_verdict": 1,
-        "truncated_answer": 1,
-        "empty_answer": 1,
+        "truncated_answer": 2,
+        "empty_answer": 2,
     }
+    assert coverage.tainted_by_kind == {"transport_peer_drop": 1}
 
 
 # --- examples/nemo_gym_runs/README.md: the resume command, as printed -------------------------

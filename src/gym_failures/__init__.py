@@ -29,6 +29,8 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
     asgi.py               SENT      the server middleware: ASGI plumbing around `reply`
     _error_body.py                  the failure reply's JSON body, in each API's error shape
     _stream_relay.py                relay_stream and sse_event: a stream passed on, its report read
+    calls.py                        the logical call: every attempt of one request, its outcome the
+                                    last attempt's (`logical_call`, the X-Gym-Call-Id headers)
     client/               READ      the caller: rebuild a reply's failure, map transport errors, retry
     _stream_reader.py     READ      the terminal SSE event of a relayed stream
     failure_transport.py            the reference's transport names, re-exported from their homes

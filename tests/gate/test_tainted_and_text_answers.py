@@ -161,3 +161,23 @@ def test_any_text_answer_is_read_never_a_crash(text: str, reason: object) -> Non
         assert kind == TRUNCATED_ANSWER
     else:
         assert kind is None
+
+
+# --- the same count in the live line, collect's figures and the metrics' outcome ---------------------
+
+
+def test_the_collectors_outcome_and_live_line_count_tainted_apart() -> None:
+    from gym_failures.cli._live import counts_text
+    from gym_failures.telemetry import CollectionProgress, RolloutOutcome, rollout_outcome
+
+    outcome = rollout_outcome(tainted_row())
+    assert outcome == RolloutOutcome(
+        "tainted", True, failure_class="evaluation", failure_kind="transport_peer_drop"
+    )
+    assert rollout_outcome(recovered_row()) == RolloutOutcome("scored", True)
+    progress = CollectionProgress(expected=2)
+    progress.add(outcome)
+    progress.add(rollout_outcome(recovered_row("1:0")))
+    assert (progress.succeeded, progress.scored) == (2, 1)
+    assert progress.tainted_by_kind == {"transport_peer_drop": 1}
+    assert counts_text(progress).startswith("1 scored · tainted: evaluation 1 · failed: none")

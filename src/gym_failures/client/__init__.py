@@ -20,7 +20,9 @@ one's module here is imported on the first reply or error of that library the he
 - `map_transport_errors(boundary, ...)` turns connection, reset, timeout and DNS errors into Gym
   failures of the transport kinds, raised `from` the original exception.
 - `observe_attempts(http_client)` plugs into the official OpenAI and Anthropic SDKs (their
-  `http_client`): every attempt they make is observed; `sdk_failure(error)` turns an SDK exception
+  `http_client`): every attempt they make is observed, sent with its logical call's headers
+  (`gym_failures.calls`), and its outcome kept as its call's (an attempt that got no reply
+  included); `sdk_failure(error)` turns an SDK exception
   into the Gym failure it stands for; `observed_failure(stream)` is a stream's cut (see `_sdk`).
 - `stream_failure(reader)` is the failure a stream ended in: its failed terminal event's, or its cut
   when it ended without a terminal event.
@@ -42,6 +44,7 @@ Where things live::
     client/_httpx2.py     httpx2 (the OpenAI and Anthropic SDKs' httpx), read as httpx is
     client/_httpx_api.py  library_for: httpx's API read for httpx and httpx2 alike, importing neither
     client/_sdk.py        the official SDKs: observe_attempts, sdk_failure, observed_failure
+    client/_calls.py      the logical calls the SDK hook and the helpers see: headers, outcomes
     client/_stream.py     stream_failure: a failed or cut stream as the failure to raise
 """
 

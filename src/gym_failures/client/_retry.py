@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from gym_failures.calls import call_id_of, logical_call
+from gym_failures.calls import LogicalCall, call_id_of, logical_call
 from gym_failures.failure_kinds import TRANSPORT_TIMEOUT
 from gym_failures.failure_records import FailureBoundary
 from gym_failures.failure_transport import observe_failure, observe_model_operation
@@ -65,6 +65,20 @@ async def retry_model_call(
     if not budget_s > 0:
         raise ValueError("budget_s must be positive")
     operation_id = operation_id or new_event_id()
+    with logical_call(operation_id if call_id_of(operation_id) else None) as logical:
+        limits = (max_attempts, budget_s, replay_safe, backoff_s, max_backoff_s)
+        return await _retried(call, logical, operation_id, limits, boundary)
+
+
+async def _retried(
+    call: Callable[[str], Awaitable[T]],
+    logical: LogicalCall,
+    operation_id: str,
+    limits: tuple[int, float, bool, float, float],
+    boundary: FailureBoundary | str,
+) -> T:
+    """`retry_model_call`'s attempts, inside its logical call."""
+    max_attempts, budget_s, replay_safe, backoff_s, max_backoff_s = limits
     started = time.monotonic()
     deadline = started + budget_s
     waited = 0.0
@@ -83,43 +97,42 @@ async def retry_model_call(
             request_elapsed_ms=round((time.monotonic() - started) * 1000, 3),
         )
 
-    with logical_call(operation_id if call_id_of(operation_id) else None) as logical:
-        for attempt in range(1, max_attempts + 1):
-            # An id is at most 128 characters: a long operation id gives up its end, never the
-            # attempt's number.
-            suffix = f".{attempt}"
-            attempt_id = operation_id[: _MAX_ID - len(suffix)] + suffix
-            # The call's next attempt is this one, at least (a client's own retries count on).
-            logical.attempts = max(logical.attempts, attempt - 1)
-            budget = asyncio.timeout_at(_loop_deadline(deadline))
-            try:
-                async with budget:
-                    result = await call(attempt_id)
-            except TimeoutError as error:
-                # Ask the timeout, not the clock: a loop's timer may fire a little before `deadline` on
-                # time.monotonic (uvloop's clock has millisecond steps).
-                if not budget.expired():
-                    raise  # not our budget: the call's own timeout, not a Gym failure
-                failure = _over_budget(error, boundary, operation_id, attempt_id, budget_s)
+    for attempt in range(1, max_attempts + 1):
+        # An id is at most 128 characters: a long operation id gives up its end, never the
+        # attempt's number.
+        suffix = f".{attempt}"
+        attempt_id = operation_id[: _MAX_ID - len(suffix)] + suffix
+        # The call's next attempt is this one, at least (a client's own retries count on).
+        logical.attempts = max(logical.attempts, attempt - 1)
+        budget = asyncio.timeout_at(_loop_deadline(deadline))
+        try:
+            async with budget:
+                result = await call(attempt_id)
+        except TimeoutError as error:
+            # Ask the timeout, not the clock: a loop's timer may fire a little before `deadline` on
+            # time.monotonic (uvloop's clock has millisecond steps).
+            if not budget.expired():
+                raise  # not our budget: the call's own timeout, not a Gym failure
+            failure = _over_budget(error, boundary, operation_id, attempt_id, budget_s)
+            transport_failures += 1
+            observe_failure(failure)
+            finish(failure, attempt)
+            raise failure from error
+        except NgFailureEvent as failure:
+            observe_failure(failure)
+            details = failure.http_details
+            if details is not None and details.delivery != "answered":
                 transport_failures += 1
-                observe_failure(failure)
+            remaining = deadline - time.monotonic()
+            wait = _wait_before_retry(failure, attempt, backoff_s, max_backoff_s)
+            if attempt == max_attempts or not _retryable(failure, replay_safe) or wait >= remaining:
                 finish(failure, attempt)
-                raise failure from error
-            except NgFailureEvent as failure:
-                observe_failure(failure)
-                details = failure.http_details
-                if details is not None and details.delivery != "answered":
-                    transport_failures += 1
-                remaining = deadline - time.monotonic()
-                wait = _wait_before_retry(failure, attempt, backoff_s, max_backoff_s)
-                if attempt == max_attempts or not _retryable(failure, replay_safe) or wait >= remaining:
-                    finish(failure, attempt)
-                    raise
-                await asyncio.sleep(wait)
-                waited += wait
-                continue
-            finish(None, attempt)
-            return result
+                raise
+            await asyncio.sleep(wait)
+            waited += wait
+            continue
+        finish(None, attempt)
+        return result
     raise AssertionError("unreachable")  # pragma: no cover
 
 

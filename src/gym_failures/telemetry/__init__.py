@@ -10,10 +10,10 @@ without a report) records nothing at all. Recording never raises into the caller
 What is recorded:
 
 - `gym.rollout.completed_total` (counter, unit `1`), by the collector: one per finished attempt,
-  after its row is written, with `nemo.gym.rollout.outcome` (`scored`, `masked`, `gate_derived`,
-  `failed`, `omitted`: a success counted as the gate counts it, `rollout_outcome`) and
-  `nemo.gym.rollout.dispatch.name` (the collection's `agent_name`); on failures and gate-derived
-  successes also `nemo.gym.failure_class` and `nemo.gym.failure_kind`, on failures
+  after its row is written, with `nemo.gym.rollout.outcome` (`scored`, `masked`, `tainted`,
+  `gate_derived`, `failed`, `omitted`: a success counted as the gate counts it, `rollout_outcome`) and
+  `nemo.gym.rollout.dispatch.name` (the collection's `agent_name`); on failures, tainted and
+  gate-derived successes also `nemo.gym.failure_class` and `nemo.gym.failure_kind`, on failures
   `nemo.gym.failure_type`.
 - `gym.server.failures` (counter, unit `{failure}`), by `FailureReportMiddleware`: one per reply
   that carries a failure, with `nemo.gym.boundary`, `nemo.gym.failure_kind`,
