@@ -248,3 +248,29 @@ async def test_outside_a_logical_call_a_failed_reply_is_left_to_whoever_catches_
             await raise_boundary_failure(_reply(429, FailureHeader.encode(failure.failure_report())))
     assert log.model_operations == {}
     assert log.own_report().failure_id is None
+
+
+def test_a_malformed_chunk_the_sdk_raised_on_carries_the_endpoints_event_id(endpoint: str) -> None:
+    """The SDK raises on an event that is not JSON and closes the stream; the hook records the
+    attempt's failure under the id the endpoint announced, so the journal's fault is in the record."""
+    import json
+
+    queue(endpoint, "malformed_chunk", params={"after": 3})
+    sent = Sent()
+    with client(endpoint, sent) as sdk, RequestFailureLog.capture() as log:
+        with pytest.raises(json.JSONDecodeError):
+            joined(sdk.responses.create(model="m", input="hello", stream=True))
+    ((_, _, announced),) = sent.attempts
+    assert announced is not None
+    assert log.report.events[announced].failure_kind == "provider_protocol_error"
+    assert log.own_report().failure_id == announced
+
+
+def test_a_stream_the_consumer_left_early_is_no_failure(endpoint: str) -> None:
+    sent = Sent()
+    with client(endpoint, sent) as sdk, RequestFailureLog.capture() as log:
+        with sdk.responses.create(model="m", input="hello", stream=True) as stream:
+            for _ in stream:
+                break
+    assert log.report.events == {}
+    assert log.own_report().failure_id is None

@@ -57,6 +57,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -66,6 +68,7 @@ from gym_failures.client._libraries import library_of
 from gym_failures.client._reply import DEFAULT_KIND_BY_BOUNDARY, body_excerpt, reply_failure, retry_after_s
 from gym_failures.client._stream import stream_failure
 from gym_failures.client._transport import transport_kind
+from gym_failures.failure_kinds import PROVIDER_PROTOCOL_ERROR
 from gym_failures.failure_records import FailureBoundary
 from gym_failures.failure_transport import (
     FailureHeader,
@@ -213,7 +216,7 @@ class _ObservedStream:
             self._reader.feed(chunk)
         return chunk
 
-    def _finish(self, error: BaseException | None = None) -> None:
+    def _finish(self, error: BaseException | None = None, *, malformed: bool = False) -> None:
         if self._done:
             return
         self._done = True
@@ -223,7 +226,9 @@ class _ObservedStream:
             reader.observe()
         request = self._request
         failure: NgFailureEvent | None = None
-        if error is not None:
+        if malformed:
+            failure = _malformed(request, self._boundary, self.announced_id)
+        elif error is not None:
             kind = transport_kind(error)
             if kind is not None:
                 failure = failure_type_for(self._boundary)(
@@ -269,10 +274,13 @@ class _ObservedStream:
         self._finish()
 
     def close(self) -> None:
+        # The SDKs close a stream in a `finally` around their reading: an event they could not read
+        # as JSON is the exception in flight here (`sys.exc_info`), and the attempt's failure.
+        malformed = isinstance(sys.exc_info()[1], json.JSONDecodeError)
         try:
             self._stream.close()
         finally:
-            self._finish()
+            self._finish(malformed=malformed)
 
 
 class _ObservedAsyncStream(_ObservedStream):
@@ -287,10 +295,26 @@ class _ObservedAsyncStream(_ObservedStream):
         self._finish()
 
     async def aclose(self) -> None:
+        malformed = isinstance(sys.exc_info()[1], json.JSONDecodeError)
         try:
             await self._stream.aclose()
         finally:
-            self._finish()
+            self._finish(malformed=malformed)
+
+
+def _malformed(request: Any, boundary: FailureBoundary, announced_id: str | None) -> NgFailureEvent:
+    """The failure of a stream whose event the SDK could not read as JSON (`provider_protocol_error`),
+    under the event id the endpoint announced for it, if it did."""
+    url = url_without_secrets(str(request.url))
+    failure = failure_type_for(boundary)(
+        boundary=boundary,
+        failure_kind=PROVIDER_PROTOCOL_ERROR,
+        failure_reason=f"{request.method} {url}: a stream event whose data is not JSON",
+        exception_type="JSONDecodeError",
+        event_id=announced_id,
+    )
+    failure.http_details = HttpDetails(method=request.method, url=url, delivery="answered")
+    return failure
 
 
 @functools.cache
