@@ -41,7 +41,7 @@ def base_url() -> Iterator[str]:
 @pytest.fixture
 def endpoint(base_url: str) -> Iterator[str]:
     httpx.post(f"{base_url}/_gym/reset", headers={"Authorization": f"Bearer {KEY}"}).raise_for_status()
-    yield base_url
+    return base_url
 
 
 def queue(base_url: str, fault: str, **body: Any) -> None:
@@ -85,7 +85,8 @@ def test_an_sdks_retries_are_one_call_and_a_retry_that_succeeded_settles_it(endp
     with client(endpoint, sent, retries=2) as sdk, RequestFailureLog.capture() as log:
         sdk.responses.create(model="m", input="hello")
     (first_id, first_n, refused), (second_id, second_n, _) = sent.attempts
-    assert first_id is not None and first_id == second_id
+    assert first_id is not None
+    assert first_id == second_id
     assert (first_n, second_n) == ("1", "2")
     (operation,) = log.model_operations.values()
     assert (operation.operation_id, operation.outcome, operation.http_attempts) == (first_id, "completed", 2)
@@ -114,7 +115,8 @@ def test_a_cut_stream_joined_into_the_answer_is_the_replys_own_failure(endpoint:
         joined(sdk.responses.create(model="m", input="hello", stream=True))
     ((_, _, announced),) = sent.attempts
     own = log.own_report()
-    assert announced is not None and own.failure_id == announced
+    assert announced is not None
+    assert own.failure_id == announced
     assert own.events[announced].failure_kind == "transport_peer_drop"
 
 
@@ -169,9 +171,12 @@ def test_a_timeout_the_sdk_retried_leaves_a_trace(endpoint: str) -> None:
 def test_a_refused_connection_the_sdk_gave_up_on_is_a_failed_call() -> None:
     sent = Sent()
     dead = f"http://127.0.0.1:{free_port()}"
-    with client(dead, sent, retries=1) as sdk, RequestFailureLog.capture() as log:
-        with pytest.raises(openai.APIConnectionError):
-            sdk.responses.create(model="m", input="hello")
+    with (
+        client(dead, sent, retries=1) as sdk,
+        RequestFailureLog.capture() as log,
+        pytest.raises(openai.APIConnectionError),
+    ):
+        sdk.responses.create(model="m", input="hello")
     (operation,) = log.model_operations.values()
     assert (operation.outcome, operation.http_attempts) == ("failed", 2)
     event = log.report.events[operation.failure_id or ""]
@@ -243,9 +248,8 @@ async def test_in_a_logical_call_a_failed_reply_then_a_success_settles_the_call(
 
 async def test_outside_a_logical_call_a_failed_reply_is_left_to_whoever_catches_it() -> None:
     failure = ModelFailure(failure_kind="provider_quota_exhausted", failure_reason="429", http_status=429)
-    with RequestFailureLog.capture() as log:
-        with pytest.raises(ModelFailure):
-            await raise_boundary_failure(_reply(429, FailureHeader.encode(failure.failure_report())))
+    with RequestFailureLog.capture() as log, pytest.raises(ModelFailure):
+        await raise_boundary_failure(_reply(429, FailureHeader.encode(failure.failure_report())))
     assert log.model_operations == {}
     assert log.own_report().failure_id is None
 
@@ -257,9 +261,12 @@ def test_a_malformed_chunk_the_sdk_raised_on_carries_the_endpoints_event_id(endp
 
     queue(endpoint, "malformed_chunk", params={"after": 3})
     sent = Sent()
-    with client(endpoint, sent) as sdk, RequestFailureLog.capture() as log:
-        with pytest.raises(json.JSONDecodeError):
-            joined(sdk.responses.create(model="m", input="hello", stream=True))
+    with (
+        client(endpoint, sent) as sdk,
+        RequestFailureLog.capture() as log,
+        pytest.raises(json.JSONDecodeError),
+    ):
+        joined(sdk.responses.create(model="m", input="hello", stream=True))
     ((_, _, announced),) = sent.attempts
     assert announced is not None
     assert log.report.events[announced].failure_kind == "provider_protocol_error"
@@ -268,9 +275,34 @@ def test_a_malformed_chunk_the_sdk_raised_on_carries_the_endpoints_event_id(endp
 
 def test_a_stream_the_consumer_left_early_is_no_failure(endpoint: str) -> None:
     sent = Sent()
-    with client(endpoint, sent) as sdk, RequestFailureLog.capture() as log:
-        with sdk.responses.create(model="m", input="hello", stream=True) as stream:
-            for _ in stream:
-                break
+    with (
+        client(endpoint, sent) as sdk,
+        RequestFailureLog.capture() as log,
+        sdk.responses.create(model="m", input="hello", stream=True) as stream,
+    ):
+        for _ in stream:
+            break
     assert log.report.events == {}
     assert log.own_report().failure_id is None
+
+
+async def test_in_a_logical_call_a_refused_connection_is_an_attempt_that_failed() -> None:
+    import aiohttp
+
+    from gym_failures.client import map_transport_errors
+
+    dead = f"http://127.0.0.1:{free_port()}/v1/responses"
+
+    async def attempt(session: aiohttp.ClientSession) -> None:
+        with map_transport_errors("model", method="POST", url=dead):
+            await session.post(dead, json={}, headers=call_headers())
+
+    with RequestFailureLog.capture() as log, logical_call() as call:
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(ModelFailure) as raised:
+                await attempt(session)
+        failure = raised.value
+    assert failure.failure_kind == "transport_unreachable"
+    assert log.report.events[failure.event_id].failure_kind == "transport_unreachable"
+    assert log.model_operations[call.call_id].outcome == "failed"
+    assert log.own_report().failure_id == failure.event_id

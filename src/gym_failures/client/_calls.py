@@ -46,7 +46,14 @@ from gym_failures.failure_transport import RequestFailureLog, observe_failure, o
 from gym_failures.failures import HttpDetails, NgFailureEvent, exception_type_name, failure_type_for
 from gym_failures.redaction import url_without_secrets
 
-__all__ = ["CALL_EXTENSION", "ObservedTransport", "begin_attempt", "end_attempt", "reply_outcome"]
+__all__ = [
+    "CALL_EXTENSION",
+    "ObservedTransport",
+    "attempt_failed",
+    "begin_attempt",
+    "end_attempt",
+    "reply_outcome",
+]
 
 CALL_EXTENSION = "gym_failures.call"
 """The request extension where the hook keeps the attempt's call id and number."""
@@ -120,6 +127,13 @@ def reply_outcome(failure_id: str | None, *, failed_status: bool = False) -> Non
     else:
         call_id, attempt = call.call_id, max(call.attempts, 1)
     _record(log, call_id, attempt, failure_id)
+
+
+def attempt_failed(failure: NgFailureEvent) -> None:
+    """An attempt of the current `logical_call()` got no reply (`map_transport_errors` names it): its
+    failure is observed and ends the attempt, whoever catches it."""
+    observe_failure(failure)
+    reply_outcome(failure.event_id, failed_status=True)
 
 
 def transport_failure(request: Any, error: BaseException, boundary: FailureBoundary) -> NgFailureEvent | None:

@@ -17,6 +17,7 @@ import contextlib
 import errno
 from collections.abc import Iterator
 
+from gym_failures.calls import current_call
 from gym_failures.client._libraries import library_of
 from gym_failures.client._library_types import HttpDelivery, TransportRule
 from gym_failures.failure_kinds import (
@@ -98,7 +99,8 @@ def map_transport_errors(
     """Raise a transport error inside the block as a Gym failure of `boundary`, `from` the error.
 
     The reason names the error's type, its errno and the URL without secrets; it never quotes the
-    error's text, which can repeat the request.
+    error's text, which can repeat the request. Inside a `logical_call()` the failure is also observed
+    as the end of the call's attempt (`gym_failures.calls`).
     """
     try:
         yield
@@ -126,4 +128,10 @@ def map_transport_errors(
             exception_type=exception_type_name(error),
         )
         failure.http_details = HttpDetails(method=method, url=safe_url, delivery=delivery)
+        if current_call() is not None:
+            # An attempt of a logical call got no reply: it is the call's outcome until a later
+            # attempt settles it (imported here: `_calls` reads this module's table).
+            from gym_failures.client._calls import attempt_failed
+
+            attempt_failed(failure)
         raise failure from error
