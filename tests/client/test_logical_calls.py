@@ -39,7 +39,7 @@ def base_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def endpoint(base_url: str) -> Iterator[str]:
+def endpoint(base_url: str) -> str:
     httpx.post(f"{base_url}/_gym/reset", headers={"Authorization": f"Bearer {KEY}"}).raise_for_status()
     return base_url
 
