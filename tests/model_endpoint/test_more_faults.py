@@ -342,7 +342,10 @@ def test_the_queue_and_the_journal_through_the_control_routes(
     journal = http.get("/_gym/journal").json()["attempts"]
     assert [a["fault"] for a in journal] == [None, "quota_429"]
     verdict = http.get("/_gym/verdict").json()["verdict"]
-    assert [f["finding"] for f in verdict["findings"]] == ["gave_up"]
+    # Two calls of one body (no call identity: grouped by guess; nobody retries a success), the
+    # second ended in a 429 nobody retried.
+    assert (verdict["calls"], verdict["calls_by_basis"]["guess"]) == (2, 2)
+    assert [(f["finding"], f["severity"]) for f in verdict["findings"]] == [("gave_up", "failure")]
     assert "gave_up" in http.get("/_gym/verdict", params={"format": "text"}).text
     judged = http.post("/_gym/verdict", json={"client_event_ids": [journal[1]["event_id"]]}).json()
     assert judged["verdict"]["client_record"] is True
@@ -393,9 +396,17 @@ def test_the_verdict_command_reads_a_running_endpoint(
 ) -> None:
     from gym_failures.cli import main
 
-    _chat(http, "quota_429; retry_after=60")
-    _chat(http, "quota_429; retry_after=60")
+    # Attempts 1 and 2 of one logical call: the second came at once, not 60 s later.
+    for attempt in ("1", "2"):
+        headers = {
+            "X-Gym-Fault": "quota_429; retry_after=60",
+            "X-Gym-Call-Id": "c1",
+            "X-Gym-Call-Attempt": attempt,
+        }
+        http.post("/v1/chat/completions", json={"model": "m", "messages": MESSAGES}, headers=headers)
     assert main(["verdict", model_endpoint.url, "--api-key", model_endpoint.api_key]) == 1
-    assert "retry_after_ignored" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "failure: retry_after_ignored" in out
+    assert "2 attempts of 1 call;" in out
     assert main(["verdict", model_endpoint.url]) == 2  # no key: the endpoint answers 401
     assert "answered 401" in capsys.readouterr().err

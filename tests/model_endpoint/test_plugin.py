@@ -16,17 +16,22 @@ pytest_plugins = ["pytester"]
 PLUGIN = "gym_failures.model_endpoint.pytest_plugin"
 
 # An agent that does it right: the SDK's retries (which wait the Retry-After), gym-failures' hook on
-# its client, and a cut stream noticed and asked again.
+# its client, and a cut stream noticed and asked again as an attempt of the same logical call (its
+# headers sent with each attempt, so the endpoint groups them as one call).
 CAREFUL_AGENT = """
 import openai
+from gym_failures.calls import call_headers, logical_call
 from gym_failures.client import observe_attempts, observed_failure
 
 def ask(client, prompt):
-    for _ in range(3):
-        stream = client.responses.create(model="m", input=prompt, stream=True)
-        text = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
-        if observed_failure(stream) is None:
-            return text
+    with logical_call():
+        for _ in range(3):
+            stream = client.responses.create(
+                model="m", input=prompt, stream=True, extra_headers=call_headers()
+            )
+            text = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+            if observed_failure(stream) is None:
+                return text
     raise RuntimeError("no answer")
 
 def make_client(endpoint, retries=2):
@@ -36,18 +41,42 @@ def make_client(endpoint, retries=2):
     )
 """
 
-# An agent that does it wrong: no SDK retries, its own retry at once, and a stream taken as it comes.
+# An agent that does it wrong: no SDK retries, its own retry at once (in its logical call, so the
+# endpoint knows it is a retry), and a stream taken as it comes.
 HASTY_AGENT = """
 import openai
+from gym_failures.calls import call_headers, logical_call
 
 def ask(client, prompt):
-    for _ in range(5):
-        try:
-            stream = client.responses.create(model="m", input=prompt, stream=True)
-            return "".join(e.delta for e in stream if e.type == "response.output_text.delta")
-        except openai.RateLimitError:
-            continue
+    with logical_call():
+        for _ in range(5):
+            try:
+                stream = client.responses.create(
+                    model="m", input=prompt, stream=True, extra_headers=call_headers()
+                )
+                return "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+            except openai.RateLimitError:
+                continue
     raise RuntimeError("no answer")
+"""
+
+# An agent that takes a stream as it comes, with gym-failures' hook on its client: the hook SEES the
+# cut (it is in the test's record), but the agent answers with the half stream.
+NAIVE_AGENT = """
+import openai
+from gym_failures.client import observe_attempts
+
+def ask(client, prompt):
+    stream = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": prompt}], stream=True
+    )
+    return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+def make_client(endpoint):
+    return openai.OpenAI(
+        base_url=endpoint.openai_base_url, api_key=endpoint.api_key,
+        http_client=observe_attempts(openai.DefaultHttpxClient()),
+    )
 """
 
 
@@ -109,34 +138,85 @@ def test_agent(model_endpoint):
     assert "NOT recovered" in output
     assert "failure: retry_after_ignored" in output
     assert "failure: cut_stream_accepted" in output
-    assert "guessed from the server's side" in output
+    assert "judged from the journal alone" in output
     assert "; event " in output
 
 
 def test_the_verdict_uses_the_clients_record_when_it_has_one(pytester: pytest.Pytester) -> None:
     """The agent runs gym-failures' hook but ignores what it saw: the cut's event id is in its
-    record, so the cut was noticed (the hook noticed it), and the request not retried is `gave_up`,
-    a warning; the same journal without the record is a cut accepted."""
+    record, and seen is not handled, so the cut taken as an answer fails with the record as without
+    it. The agent's own failure naming the cut resolves it: then it is a give-up with attempts left."""
     pytester.makepyfile(agent=CAREFUL_AGENT)
     pytester.makepyfile(
         test_record="""
 from agent import make_client
+from gym_failures.client import observed_failure
 
 def test_agent(model_endpoint):
     model_endpoint.force("cut_stream", stream=True)
     with make_client(model_endpoint) as client:
-        list(client.responses.create(model="m", input="hi", stream=True))
+        stream = client.responses.create(model="m", input="hi", stream=True)
+        list(stream)
     (cut,) = model_endpoint.journal()
     assert cut.event_id in model_endpoint.client_log.report.events
-    with_record = model_endpoint.assert_recovered()
-    assert [f.finding for f in with_record.findings] == ["gave_up"]
+    with_record = model_endpoint.verdict()
+    assert [(f.finding, f.severity) for f in with_record.findings] == [("cut_stream_accepted", "failure")]
+    assert "seen is not handled" in with_record.findings[0].message
     assert with_record.findings[0].event_ids == [cut.event_id]
     alone = model_endpoint.verdict(client=None)
     assert [f.finding for f in alone.findings] == ["cut_stream_accepted"]
     assert not alone.passed
+    failed_with = observed_failure(stream)   # what an agent that fails raises
+    assert failed_with.event_id == cut.event_id
+    assert [f.finding for f in model_endpoint.verdict(client=failed_with).findings] == ["gave_up"]
+    model_endpoint.assert_recovered(client=failed_with, allow_give_up=True)
 """
     )
     _run(pytester).assert_outcomes(passed=1)
+
+
+def test_a_naive_streaming_agent_fails_even_with_observe_attempts_and_a_reissue_in_its_call_passes(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(agent=NAIVE_AGENT)
+    pytester.makepyfile(
+        test_naive="""
+import pytest
+from agent import ask, make_client
+from gym_failures.calls import call_headers, logical_call
+from gym_failures.client import observed_failure
+
+def test_naive(model_endpoint):
+    model_endpoint.force("cut_stream", stream=True, after=2)
+    with make_client(model_endpoint) as client:
+        ask(client, "hello")                 # the half stream, taken as the answer
+        ask(client, "hello")                 # the next rollout of the same prompt: another call
+    assert not model_endpoint.client_log.is_empty()   # the hook saw the cut
+    with pytest.raises(AssertionError, match="cut_stream_accepted") as raised:
+        model_endpoint.assert_recovered()
+    assert "seen is not handled" in str(raised.value)
+    assert "2 attempts of 2 calls" in str(raised.value)
+
+def test_reissued_in_its_call(model_endpoint):
+    model_endpoint.force("cut_stream", stream=True, after=2)
+    with make_client(model_endpoint) as client, logical_call():
+        for _ in range(3):
+            stream = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hello"}], stream=True,
+                extra_headers=call_headers(),
+            )
+            text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            if observed_failure(stream) is None:
+                break
+    assert "hello" in text
+    cut, answered = model_endpoint.journal()
+    assert (cut.call_id, cut.call_attempt, answered.call_attempt) == (answered.call_id, 1, 2)
+    verdict = model_endpoint.assert_recovered()
+    assert (verdict.calls, verdict.calls_by_basis["call_id"]) == (1, 1)
+    assert {f.finding for f in verdict.findings} <= {"no_backoff"}   # asked again at once: a warning
+"""
+    )
+    _run(pytester).assert_outcomes(passed=2)
 
 
 def test_anthropic_through_the_environment_and_a_reset_per_test(pytester: pytest.Pytester) -> None:
@@ -186,7 +266,7 @@ def test_one(model_endpoint):
     entry = json.loads(line)
     assert entry["test"].endswith("test_one")
     assert [f["finding"] for f in entry["verdict"]["findings"]] == ["gave_up"]
-    assert entry["verdict"]["passed"] is True
+    assert entry["verdict"]["passed"] is False  # a 500 not retried, with attempts left
 
 
 def test_force_refuses_what_is_not_a_fault(pytester: pytest.Pytester) -> None:
@@ -210,22 +290,25 @@ def test_an_async_agents_record_reaches_the_verdict(pytester: pytest.Pytester) -
     pytester.makepyfile(
         test_async="""
 import openai, pytest
+from gym_failures.calls import call_headers, logical_call
 from gym_failures.client import observe_attempts, observed_failure
 
 @pytest.mark.asyncio
 async def test_agent(model_endpoint):
     model_endpoint.force("cut_stream", stream=True)
     async with openai.AsyncOpenAI(http_client=observe_attempts(openai.DefaultAsyncHttpxClient())) as client:
-        for _ in range(2):
-            stream = await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "hi"}], stream=True
-            )
-            [chunk async for chunk in stream]
-            if observed_failure(stream) is None:
-                break
+        with logical_call():
+            for _ in range(2):
+                stream = await client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
+                    extra_headers=call_headers(),
+                )
+                [chunk async for chunk in stream]
+                if observed_failure(stream) is None:
+                    break
     cut, answered = model_endpoint.journal()
     assert cut.event_id in model_endpoint.client_log.report.events
-    verdict = model_endpoint.assert_recovered()   # noticed the cut: recovered
+    verdict = model_endpoint.assert_recovered()   # asked again in its call: recovered
     assert verdict.client_record
     # Asked again at once: a warning, when the retry came within 50 ms (the machine decides).
     assert {f.finding for f in verdict.findings} <= {"no_backoff"}

@@ -113,7 +113,7 @@ def test_serve_model_help_is_about_serve_model() -> None:
 def test_a_run_logs_only_what_went_wrong_unasked_and_writes_its_verdict(tmp_path: Path) -> None:
     """Asked-for faults are one INFO line each; no ERROR line, no uvicorn line for a connection
     dropped on purpose; metrics on --host; the verdict file written at Ctrl-C, which `gym-failures
-    verdict` reads (exit 1: the client below gave up and took a cut stream)."""
+    verdict` reads (exit 1: the client below took a cut stream as its answer)."""
     port, metrics_port = free_port(), free_port()
     verdict_file = tmp_path / "verdict.json"
     process = subprocess.Popen(
@@ -162,10 +162,14 @@ def test_a_run_logs_only_what_went_wrong_unasked_and_writes_its_verdict(tmp_path
     document = json.loads(verdict_file.read_text("utf-8"))
     assert len(document["journal"]) == 4
     findings = {finding["finding"] for finding in document["verdict"]["findings"]}
-    # One request (the same body) sent four times in a row: a 429 not waited for, and a cut stream
-    # taken as the answer; no backoff after the 500 and the drop when they came within 50 ms.
+    # The same body four times in a row, no call identity: one call by guess, each attempt after the
+    # last one failed. A 429 not waited for (a warning on a guess), and the call ended in a cut stream
+    # (a failure); no backoff after the 500 and the drop when they came within 50 ms.
+    assert document["verdict"]["calls_by_basis"]["guess"] == 1
     assert {"retry_after_ignored", "cut_stream_accepted"} <= findings
     assert findings <= {"retry_after_ignored", "cut_stream_accepted", "no_backoff"}
+    severity = {f["finding"]: f["severity"] for f in document["verdict"]["findings"]}
+    assert (severity["retry_after_ignored"], severity["cut_stream_accepted"]) == ("warning", "failure")
     done = subprocess.run(
         [sys.executable, "-m", "gym_failures.cli", "verdict", str(verdict_file)],
         cwd=ROOT,

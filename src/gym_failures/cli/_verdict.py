@@ -1,8 +1,13 @@
 """`gym-failures verdict`: print the model endpoint's recovery verdict, from a file `serve model
 --verdict-file` wrote or from a running endpoint's URL; exit status 1 when a finding fails it.
 
-With `--client`, a cut or failed stream counts as noticed only if its event id is in the client's
-own record (rows a collector saved, or a failure report). The endpoint's URL is shown without its
+The verdict is per logical call (a call's outcome is its last attempt; `gym_failures.model_endpoint.
+_verdict` says how attempts are grouped and what fails). With `--client`, the client's own rows add
+evidence: a call that ended in a broken stream is resolved only by a failure row naming it (the agent
+failed with it), a success row built on a fault (its `failure_id`) is a failure, and a fault the rows
+hold no trace of is a warning. Seeing a fault never resolves it. `--allow-give-up` makes `gave_up` a
+warning, for a client that gives up on purpose; `--max-attempts N` is the attempts a call may make
+before giving up is its due (3, the SDKs' 1 + 2 retries). The endpoint's URL is shown without its
 secrets; its key goes in the `Authorization` header only.
 """
 
@@ -14,14 +19,15 @@ from typing import Any
 
 from gym_failures.cli._exits import EXIT_FAILED, EXIT_OK, CommandError, first_problem
 from gym_failures.cli._inputs import require_file
-from gym_failures.cli._options import Subcommands, add_command
+from gym_failures.cli._options import Subcommands, add_command, at_least
 
 __all__ = ["VERDICT_EXIT_HELP", "add_verdict"]
 
 VERDICT_EXIT_HELP = """exit status:
   0    the client recovered: no failing finding (warnings may be listed)
   1    a failing finding: retry_after_ignored, retried_non_retryable,
-       retry_storm, cut_stream_accepted or failed_stream_accepted
+       retry_storm, cut_stream_accepted, failed_stream_accepted,
+       malformed_chunk_ignored, failure_accepted or gave_up
   2    nothing judged: a file that is not a verdict file, an endpoint that
        cannot be reached, a --client file that is not rows or a report"""
 
@@ -32,10 +38,10 @@ def add_verdict(commands: Subcommands) -> None:
         "verdict",
         _run_verdict,
         help="print the model endpoint's verdict on a client's recovery; exit 1 when it failed",
-        description="Print the recovery verdict of `gym-failures serve model`: from a file its "
-        "--verdict-file wrote, or from a running endpoint's URL. With --client, a cut or failed "
-        "stream counts as noticed only if its event id is in the client's own record (rows a "
-        "collector saved, or a failure report).",
+        description="Print the recovery verdict of `gym-failures serve model`, call by call: from a "
+        "file its --verdict-file wrote, or from a running endpoint's URL. With --client, the client's "
+        "rows add evidence: a call that ended in a broken stream is resolved only by a failure row "
+        "naming it (seen is not handled), and a success row built on a fault fails.",
         extra=None,
     )
     parser.epilog = VERDICT_EXIT_HELP
@@ -47,6 +53,18 @@ def add_verdict(commands: Subcommands) -> None:
         default=[],
         metavar="FILE",
         help="the client's record: rows (JSONL) or a failure report (JSON); repeatable",
+    )
+    parser.add_argument(
+        "--allow-give-up",
+        action="store_true",
+        help="gave_up is a warning: the client gives up on purpose (no retries)",
+    )
+    parser.add_argument(
+        "--max-attempts",
+        type=at_least(1),
+        default=None,
+        metavar="N",
+        help="a call that ends in a retryable failure with fewer attempts gave up (default 3)",
     )
     parser.add_argument("--api-key", default=None, metavar="KEY", help="the endpoint's key, for a URL")
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
@@ -80,7 +98,8 @@ def _run_verdict(arguments: argparse.Namespace) -> int:
     client = None
     if arguments.client:
         client = client_record(*(_client_file(path) for path in arguments.client))
-    verdict = judge(attempts, client)
+    bounds = {} if arguments.max_attempts is None else {"max_attempts": arguments.max_attempts}
+    verdict = judge(attempts, client, allow_give_up=arguments.allow_give_up, **bounds)
     if arguments.json:
         print(verdict.model_dump_json(indent=1))
     else:

@@ -45,6 +45,7 @@ Where things live::
     client/_httpx_api.py  library_for: httpx's API read for httpx and httpx2 alike, importing neither
     client/_sdk.py        the official SDKs: observe_attempts, sdk_failure, observed_failure
     client/_calls.py      the logical calls the SDK hook and the helpers see: headers, outcomes
+    client/_observed_transport.py  an SDK client's transport: an attempt that got no reply recorded
     client/_stream.py     stream_failure: a failed or cut stream as the failure to raise
 """
 

@@ -2,7 +2,9 @@
 
 `observe_attempts` (`client/_sdk.py`) calls `begin_attempt` from an httpx request hook, before an
 attempt is sent, and `end_attempt` when it knows the attempt's outcome (its reply's status, its
-stream's end, or the transport error that left it without a reply, seen by `ObservedTransport`).
+stream's end, or the transport error that left it without a reply, seen by
+`client/_observed_transport.py`). The client helpers call `reply_outcome` for a reply they read and
+`attempt_failed` for an attempt `map_transport_errors` saw get no reply.
 
 Which call an attempt is of (`gym_failures.calls` says why the call is the unit):
 
@@ -40,15 +42,12 @@ from gym_failures.calls import (
     current_call,
     new_call_id,
 )
-from gym_failures.client._transport import transport_kind
-from gym_failures.failure_records import FailureBoundary
 from gym_failures.failure_transport import RequestFailureLog, observe_failure, observe_model_operation
-from gym_failures.failures import HttpDetails, NgFailureEvent, exception_type_name, failure_type_for
-from gym_failures.redaction import url_without_secrets
+from gym_failures.failures import NgFailureEvent
 
 __all__ = [
     "CALL_EXTENSION",
-    "ObservedTransport",
+    "FAILURE_EXTENSION",
     "attempt_failed",
     "begin_attempt",
     "end_attempt",
@@ -134,74 +133,3 @@ def attempt_failed(failure: NgFailureEvent) -> None:
     failure is observed and ends the attempt, whoever catches it."""
     observe_failure(failure)
     reply_outcome(failure.event_id, failed_status=True)
-
-
-def transport_failure(request: Any, error: BaseException, boundary: FailureBoundary) -> NgFailureEvent | None:
-    """The failure of an attempt that got no reply (`error`: refused, reset, timed out), or `None`
-    for an error that is not a transport failure."""
-    mapped = transport_kind(error)
-    if mapped is None:
-        return None
-    url = url_without_secrets(str(request.url))
-    failure = failure_type_for(boundary)(
-        boundary=boundary,
-        failure_kind=mapped[0],
-        failure_reason=f"{request.method} {url}: {exception_type_name(error)}, no reply",
-        exception_type=exception_type_name(error),
-    )
-    failure.http_details = HttpDetails(method=request.method, url=url, delivery=mapped[1])
-    return failure
-
-
-class ObservedTransport:
-    """An httpx (or httpx2) transport, passed through, that records an attempt the transport raised
-    for (no reply: refused, reset, a timeout) as a failure of its call; the error is re-raised."""
-
-    def __init__(self, transport: Any, boundary: FailureBoundary) -> None:
-        self._transport = transport
-        self._boundary = boundary
-
-    def _failed(self, request: Any, error: BaseException) -> None:
-        failure = transport_failure(request, error, self._boundary)
-        if failure is None or isinstance(request.extensions.get(FAILURE_EXTENSION), NgFailureEvent):
-            return
-        request.extensions[FAILURE_EXTENSION] = failure
-        observe_failure(failure)
-        end_attempt(request, failure.event_id)
-
-    def handle_request(self, request: Any) -> Any:
-        try:
-            return self._transport.handle_request(request)
-        except Exception as error:
-            self._failed(request, error)
-            raise
-
-    async def handle_async_request(self, request: Any) -> Any:
-        try:
-            return await self._transport.handle_async_request(request)
-        except Exception as error:
-            self._failed(request, error)
-            raise
-
-    def close(self) -> None:
-        self._transport.close()
-
-    async def aclose(self) -> None:
-        await self._transport.aclose()
-
-    def __enter__(self) -> Any:
-        self._transport.__enter__()
-        return self
-
-    def __exit__(self, *args: Any) -> None:
-        self._transport.__exit__(*args)
-
-    async def __aenter__(self) -> Any:
-        await self._transport.__aenter__()
-        return self
-
-    async def __aexit__(self, *args: Any) -> None:
-        await self._transport.__aexit__(*args)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)

@@ -65,6 +65,7 @@ from typing import Any, TypeVar
 from gym_failures._http_status import is_failed_reply
 from gym_failures.client import _calls
 from gym_failures.client._libraries import library_of
+from gym_failures.client._observed_transport import ObservedTransport
 from gym_failures.client._reply import DEFAULT_KIND_BY_BOUNDARY, body_excerpt, reply_failure, retry_after_s
 from gym_failures.client._stream import stream_failure
 from gym_failures.client._transport import transport_kind
@@ -134,13 +135,13 @@ def _observe_transports(http_client: Any, boundary: FailureBoundary) -> None:
     reply is recorded as its call's failure. httpx takes transports only when a client is made: the
     wrapping reaches its private attributes, and leaves a client that has none of them as it is."""
     transport = getattr(http_client, "_transport", None)
-    if transport is not None and not isinstance(transport, _calls.ObservedTransport):
-        http_client._transport = _calls.ObservedTransport(transport, boundary)
+    if transport is not None and not isinstance(transport, ObservedTransport):
+        http_client._transport = ObservedTransport(transport, boundary)
     mounts = getattr(http_client, "_mounts", None)
     if isinstance(mounts, dict):
         for pattern, mounted in list(mounts.items()):
-            if mounted is not None and not isinstance(mounted, _calls.ObservedTransport):
-                mounts[pattern] = _calls.ObservedTransport(mounted, boundary)
+            if mounted is not None and not isinstance(mounted, ObservedTransport):
+                mounts[pattern] = ObservedTransport(mounted, boundary)
 
 
 def _details(response: Any, status: int | None, *, body: str = "") -> HttpDetails:

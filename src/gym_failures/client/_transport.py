@@ -18,6 +18,7 @@ import errno
 from collections.abc import Iterator
 
 from gym_failures.calls import current_call
+from gym_failures.client._calls import attempt_failed
 from gym_failures.client._libraries import library_of
 from gym_failures.client._library_types import HttpDelivery, TransportRule
 from gym_failures.failure_kinds import (
@@ -130,8 +131,6 @@ def map_transport_errors(
         failure.http_details = HttpDetails(method=method, url=safe_url, delivery=delivery)
         if current_call() is not None:
             # An attempt of a logical call got no reply: it is the call's outcome until a later
-            # attempt settles it (imported here: `_calls` reads this module's table).
-            from gym_failures.client._calls import attempt_failed
-
+            # attempt settles it.
             attempt_failed(failure)
         raise failure from error

@@ -29,9 +29,21 @@ carries a gym-failures report: a failed reply in the `X-NG-Failure-Report` heade
 API's own error shape naming the failure kind and event id, so the SDK's exception message says what
 failed; a stream in its terminal event.
 
-Every attempt is journaled (`Journal`, `Attempt`), and `judge` (`ModelEndpoint.verdict`) turns the
-journal, with the client's own record when there is one (`client_record`), into a `Verdict` on how
-the client recovered (`FINDINGS`). The pytest plugin is `gym_failures.model_endpoint.pytest_plugin`.
+Every attempt is journaled (`Journal`, `Attempt`), with the logical call it names (`X-Gym-Call-Id`,
+`X-Gym-Call-Attempt`: `gym_failures.calls`), and `judge` (`ModelEndpoint.verdict`) turns the journal,
+with the client's own record when there is one (`client_record`), into a `Verdict` on how the client
+recovered (`FINDINGS`), call by call: a call's outcome is its last attempt. The pytest plugin is
+`gym_failures.model_endpoint.pytest_plugin`.
+
+Modules:
+
+    _apis      the three APIs: reading a call, writing a reply, plain or streamed
+    _faults    the faults, their header, the scenario queue and the plans
+    _app       the ASGI app: routes, the key, each fault injected, the control routes
+    _quota     real per-minute quotas (token buckets)
+    _journal   one `Attempt` per request served, with its call headers
+    _calls     the attempts grouped into logical calls, each with its basis (call id, SDK, guess)
+    _verdict   the findings per call, and the client's record (`client_record`)
 
 The demo's model server (`gym_failures.demo.model_server`) is this endpoint with a scripted policy
 and judge (`respond`) and the demo's seeded fault draws (`choose_fault`).

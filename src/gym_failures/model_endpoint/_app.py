@@ -51,6 +51,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gym_failures._http_status import error_status, is_error, is_server_error
 from gym_failures.asgi import ErrorShape, FailureReportMiddleware
+from gym_failures.calls import call_attempt_of, call_id_of
 from gym_failures.failure_kinds import (
     INVALID_REQUEST_PARAMETER,
     MODEL_CONTEXT_LIMIT,
@@ -161,6 +162,8 @@ class _AttemptNote:
     retry_after_s: float | None = None
     outcome: str | None = None
     sdk_retry_count: int | None = None
+    call_id: str | None = None
+    call_attempt: int | None = None
     answered_s: float | None = None
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
@@ -701,6 +704,8 @@ class ModelEndpoint:
             delay_s=fault.delay_s if fault is not None and fault.name in _WAITS else None,
             outcome=outcome,
             sdk_retry_count=note.sdk_retry_count,
+            call_id=note.call_id,
+            call_attempt=note.call_attempt,
         )
 
     def _count(self, name: str, route: str) -> None:
@@ -781,6 +786,10 @@ class _Recorder:
         for name, value in scope.get("headers") or []:
             if name == b"x-stainless-retry-count" and value.isdigit() and len(value) < 6:
                 note.sdk_retry_count = int(value)
+            elif name == b"x-gym-call-id":
+                note.call_id = call_id_of(value)
+            elif name == b"x-gym-call-attempt":
+                note.call_attempt = call_attempt_of(value)
         scope = {**scope, _ATTEMPT: note}
 
         async def send_marked(message: Message) -> None:

@@ -7,13 +7,19 @@ status sent, the fault injected (with the event id the reply names it by) and th
 for, and how the reply ended (`outcome`).
 
 Attempts of one request share a `request`: the route and a digest of the body. An SDK's retry sends
-the same body again, so its attempts are one request; two different prompts are two requests.
+the same body again, but so does every rollout of one prompt (RL collection repeats bodies on
+purpose): a digest groups nothing by itself. What names the logical call an attempt is of is read from
+its headers: `call_id` and `call_attempt` (`X-Gym-Call-Id`, `X-Gym-Call-Attempt`: `gym_failures.calls`)
+and `sdk_retry_count` (`x-stainless-retry-count`, which the official SDKs send). The verdict groups
+attempts into calls from them (`gym_failures.model_endpoint._calls`).
 
 Decisions:
 - The journal keeps the last `MAX_ATTEMPTS` attempts (and says how many it forgot, `dropped`): a
   server that runs for days must not grow without end.
 - A request whose body could not be read (over the size limit) is its own request: nothing says it
   is another's retry.
+- A call header that is not a valid id or attempt number (`call_id_of`, `call_attempt_of`) is read
+  as absent: a peer's header is read, never trusted.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ import time
 from collections import deque
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gym_failures.calls import MAX_CALL_ID, call_id_of
 
 __all__ = ["MAX_ATTEMPTS", "Attempt", "Journal", "Outcome", "request_key"]
 
@@ -60,6 +68,17 @@ class Attempt(BaseModel):
     outcome: Outcome = "ok"
     sdk_retry_count: int | None = Field(default=None, ge=0)
     """The `x-stainless-retry-count` the official SDKs send (0 on a first attempt), when sent."""
+    call_id: str | None = Field(default=None, max_length=MAX_CALL_ID)
+    """The logical call the attempt names (`X-Gym-Call-Id`), when it sent a valid one."""
+    call_attempt: int | None = Field(default=None, ge=1, le=1_000_000)
+    """The attempt's number within its call (`X-Gym-Call-Attempt`, 1 for the first), when sent."""
+
+    @field_validator("call_id")
+    @classmethod
+    def _a_call_id(cls, value: str | None) -> str | None:
+        if value is not None and call_id_of(value) is None:
+            raise ValueError("a call id is printable ASCII without spaces")
+        return value
 
 
 _DEFAULTS: dict[str, object] = {

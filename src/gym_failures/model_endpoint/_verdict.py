@@ -1,30 +1,48 @@
 """The recovery verdict: what a client did after each fault the endpoint injected, from the journal of
-every attempt and, where the client runs gym-failures, from its own record of the failures it saw.
+every attempt and, where the client runs gym-failures, from its own record of what happened.
 
-Findings (`FINDINGS`), each naming the requests, attempts and event ids behind it:
+The unit is the logical call (`gym_failures.model_endpoint._calls`: grouped by the call id the client
+sends, else the SDKs' retry count, else a guess that says so), and a call's outcome is its LAST
+attempt. A fault followed by a successful later attempt of the same call is recovered.
+
+Findings (`FINDINGS` gives each its default severity; a finding carries its own), each naming the
+calls, attempts and event ids behind it:
 
     retry_after_ignored     failure  a retry came sooner than the Retry-After the failure asked for
     retried_non_retryable   failure  a request refused for what it is (400, 401, 403, 404, 413, 422, a
-                                     context window) was sent again unchanged
-    retry_storm             failure  one request was attempted more than `storm_attempts` times
-    cut_stream_accepted     failure  a stream cut before its terminal event went unnoticed
-    failed_stream_accepted  failure  a stream that ended in its failure event went unnoticed
+                                     context window) was sent again unchanged, in the same call
+    retry_storm             failure  one call was attempted more than `storm_attempts` times
+    cut_stream_accepted     failure  a call ended in a stream cut before its terminal event, and no
+                                     failure of the agent names it
+    failed_stream_accepted  failure  a call ended in a stream's failure event, and no failure of the
+                                     agent names it
+    malformed_chunk_ignored failure  a call ended in a stream with an event that is not JSON, and no
+                                     failure of the agent names it
+    failure_accepted        failure  the client's record holds a success built on a call that ended
+                                     in this fault (its row's `failure_id` names it)
+    gave_up                 failure  a call ended in a failure a retry can recover from, with fewer
+                                     than `max_attempts` attempts (a warning with `allow_give_up`)
     no_backoff              warning  a retry after a failure without Retry-After came at once (under
                                      `NO_BACKOFF_S`)
-    gave_up                 warning  a request's last attempt failed with a failure a retry can recover
-                                     from, and no retry followed
-    malformed_chunk_ignored warning  a stream with an event that is not JSON went unnoticed
     no_read_timeout         warning  the client waited out a `slow`, `stall` or `slow_first_token` of
                                      at least `read_timeout_s` (default 30 s) to its end
+    unmatched_fault         warning  the client's record holds no trace of a fault that failed an
+                                     attempt (its event id, or the attempt's `<call id>.<attempt>`)
 
-When the client's record is given (`client_event_ids`: a `RequestFailureLog` that `observe_attempts`
-filled, a `FailureReport`, a collector's rows, failures, or event ids), a cut or failed stream counts
-as noticed only if its event id is in that record: the endpoint names the event of every fault in its
-reply (`X-Gym-Fault-Event`), and `observe_attempts` reports a cut under that id. Without a record (or
-when the record was cut short, `omitted`), a cut or failed stream counts as noticed when the request
-was attempted again, and the finding says it was guessed from the server's side.
+Seen is not handled. The one piece of evidence that resolves a call that ended in a fault is the
+agent's own failure naming it (`ClientRecord.failed_ids`: handling by failing; a call that could
+still have been retried is then `gave_up`). Evidence of having SEEN a fault (its id in a log, in a
+success row, anywhere) never resolves anything. More evidence may add findings (`failure_accepted`,
+`unmatched_fault`, a stream finding from `accepted_ids`); it never turns a finding into a pass except
+by that one case. Without a client's record, a call that ended in a broken stream is judged from the
+journal alone, and the finding says so.
 
 Decisions:
+- Timing findings (`retry_after_ignored`, `no_backoff`, `retried_non_retryable`) are judged only
+  between consecutive attempts of one call, and only when the later one arrived after the client
+  could know of the failure (an attempt that overlaps the failure is not a reaction to it). On a
+  guessed call they are warnings, and say the grouping was guessed. `retry_storm` is raised only on
+  calls grouped by call id or SDK retry count, never on a guess.
 - Waits are measured on the server, from the moment the client could know of the failure (a failed
   status: its status line; a broken reply: its end) to the next attempt's arrival. A client that
   waited W seconds after learning of it arrives at least W later, so the check has only
@@ -32,25 +50,29 @@ Decisions:
   longer, never shorter.
 - Retryable: 408, 409, 429 and every 5xx (the official SDKs' rule), a dropped connection, a cut,
   failed or malformed stream, and a reply the client left before its end (its own timeout). Every
-  other 4xx is non-retryable.
-- `retry_storm` is counted per request (attempts of the same body), default more than 10: the SDKs
-  default to 2 retries, and a client past 10 is retrying without a bound.
+  other 4xx is non-retryable. `max_attempts` defaults to 3, the SDKs' 1 + 2 retries.
+- `retried_non_retryable` needs the same body: a call that shortened a prompt over the context window
+  and tried again did what it should.
+- `unmatched_fault` is only for faults that failed an attempt (a slow or empty reply that answered
+  leaves nothing for a client to record), and only with a record that was not cut short (`omitted`).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import itertools
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym_failures._http_status import is_error, is_server_error
+from gym_failures.model_endpoint._calls import Call, by_basis, failed, group_calls, known_s, retryable
 from gym_failures.model_endpoint._journal import Attempt
 
 __all__ = [
     "CLOCK_SLACK_S",
     "FINDINGS",
+    "MAX_CALL_ATTEMPTS",
     "NO_BACKOFF_S",
     "READ_TIMEOUT_S",
     "STORM_ATTEMPTS",
@@ -59,6 +81,7 @@ __all__ = [
     "Verdict",
     "client_record",
     "judge",
+    "verdict_document",
 ]
 
 Severity = Literal["failure", "warning"]
@@ -69,19 +92,29 @@ FINDINGS: Mapping[str, Severity] = {
     "retry_storm": "failure",
     "cut_stream_accepted": "failure",
     "failed_stream_accepted": "failure",
+    "malformed_chunk_ignored": "failure",
+    "failure_accepted": "failure",
+    "gave_up": "failure",
     "no_backoff": "warning",
-    "gave_up": "warning",
-    "malformed_chunk_ignored": "warning",
     "no_read_timeout": "warning",
+    "unmatched_fault": "warning",
 }
-"""Every finding, with its severity: a `failure` fails the verdict, a `warning` does not."""
+"""Every finding, with its default severity: a `failure` fails the verdict, a `warning` does not.
+A finding may carry another (`gave_up` with `allow_give_up`, a timing finding on a guessed call)."""
 
 CLOCK_SLACK_S = 0.005
 NO_BACKOFF_S = 0.05
 STORM_ATTEMPTS = 10
 READ_TIMEOUT_S = 30.0
+MAX_CALL_ATTEMPTS = 3
+"""The attempts a call may make before giving up is its due: the official SDKs' 1 + 2 retries."""
 
-_BREAKS = ("dropped", "cut", "failed_stream", "malformed", "disconnected")
+_STREAM_FINDINGS = {
+    "cut": ("cut_stream_accepted", "the stream was cut before its terminal event"),
+    "failed_stream": ("failed_stream_accepted", "the stream ended in its failure event"),
+    "malformed": ("malformed_chunk_ignored", "a stream event was not JSON"),
+}
+_GUESSED = "; grouping guessed: the client sent no call identity"
 
 
 class Finding(BaseModel):
@@ -93,6 +126,9 @@ class Finding(BaseModel):
     severity: Severity
     message: str
     requests: list[str] = Field(default_factory=list)
+    """The keys of the calls behind the finding (the name kept from when the unit was a request)."""
+    calls: list[str] = Field(default_factory=list)
+    """The keys of the calls behind the finding (`Call.key`)."""
     attempts: list[int] = Field(default_factory=list)
     event_ids: list[str] = Field(default_factory=list)
 
@@ -105,10 +141,14 @@ class Verdict(BaseModel):
     passed: bool
     attempts: int
     requests: int
+    """How many logical calls (the same as `calls`; the name kept from when the unit was a request)."""
+    calls: int = 0
+    calls_by_basis: dict[str, int] = Field(default_factory=dict)
+    """How many calls each basis grouped: `call_id`, `sdk`, `guess`."""
     faults: dict[str, int] = Field(default_factory=dict)
     """How many attempts got each fault."""
     client_record: bool
-    """Whether the client's own record of the failures it saw was used."""
+    """Whether the client's own record was used."""
     findings: list[Finding] = Field(default_factory=list)
 
     @property
@@ -120,9 +160,13 @@ class Verdict(BaseModel):
         faults = ", ".join(f"{name} x{count}" for name, count in sorted(self.faults.items())) or "no fault"
         basis = "the client's record and the journal" if self.client_record else "the server's journal"
         head = "recovered" if self.passed else "NOT recovered"
-        lines = [f"{head}: {self.attempts} attempts of {self.requests} requests ({faults}); from {basis}"]
+        calls = f"{_count(self.attempts, 'attempt')} of {_count(self.calls, 'call')}"
+        guessed = self.calls_by_basis.get("guess", 0)
+        if guessed:
+            calls += f" ({guessed} grouped by guess: the client sent no call identity)"
+        lines = [f"{head}: {calls}; {faults}; from {basis}"]
         for finding in self.findings:
-            named = [f"request {', '.join(finding.requests)}"]
+            named = [f"call {', '.join(finding.calls or finding.requests)}"]
             if finding.event_ids:
                 named.append(f"event {', '.join(finding.event_ids)}")
             lines.append(f"  {finding.severity}: {finding.finding}: {finding.message} [{'; '.join(named)}]")
@@ -130,37 +174,89 @@ class Verdict(BaseModel):
 
 
 class ClientRecord(BaseModel):
-    """The event ids a client's own record holds, and whether that record was cut short."""
+    """What a client's own record says of the faults (`client_record` reads it):
+
+    `failed_ids`: the event ids an agent's failure names (handled by failing); `accepted_ids`: the
+    event ids a success was built on (a success row's `failure_id` and its cause chain); `seen_ids`:
+    every event id of every source, the others' included; `attempt_ids`: the attempt ids its events
+    name (`<call id>.<attempt>`); `omitted`: the record was cut short, so an absence proves nothing.
+    """
 
     model_config = ConfigDict(frozen=True)
 
-    event_ids: frozenset[str] = frozenset()
+    failed_ids: frozenset[str] = frozenset()
+    accepted_ids: frozenset[str] = frozenset()
+    seen_ids: frozenset[str] = frozenset()
+    attempt_ids: frozenset[str] = frozenset()
     omitted: bool = False
+
+    @property
+    def event_ids(self) -> frozenset[str]:
+        """Every event id the record holds: `seen_ids`, under its earlier name."""
+        return self.seen_ids
 
 
 def client_record(*sources: object) -> ClientRecord:
-    """The client's record from `sources`: `RequestFailureLog`s, `FailureReport`s, failures (with
-    their causes), rows (mappings holding a saved report), event ids, or iterables of these."""
+    """The client's record from `sources`, each one of these or an iterable of them:
+
+    - a row (a mapping; NeMo Gym's rows too, read through `gym_failures.rows.normalized`): a FAILURE
+      row (`failure`, no `result`) names every event of its saved report as the agent's failure; a
+      SUCCESS row (`result`, no `failure`) whose report has a `failure_id` was built on that failure
+      and its cause chain; any other id of a row is only seen. A row is read, never trusted: a bad
+      value is no evidence, and no row raises;
+    - an `NgFailureEvent` (a failure the agent raised): every event of its chain, failed;
+    - a `RequestFailureLog`, a `FailureReport`, an event id (a string): seen only.
+
+    Anything else is a `TypeError`."""
     from gym_failures.failure_records import FailureReport
     from gym_failures.failure_transport import FailureReportRow, RequestFailureLog
     from gym_failures.failures import NgFailureEvent
+    from gym_failures.rows import is_rollout_row, normalized
 
-    ids: set[str] = set()
+    failed_ids: set[str] = set()
+    accepted_ids: set[str] = set()
+    seen_ids: set[str] = set()
+    attempt_ids: set[str] = set()
     omitted = False
 
-    def add(source: object, depth: int) -> None:
+    def seen(report: FailureReport) -> list[str]:
         nonlocal omitted
-        if isinstance(source, RequestFailureLog):
-            source = source.report
+        omitted = omitted or report.omitted
+        for event_id, event in report.events.items():
+            seen_ids.add(event_id)
+            if event.attempt_id is not None:
+                attempt_ids.add(event.attempt_id)
+        return list(report.events)
+
+    def row(source: Mapping[Any, Any]) -> None:
+        if not all(isinstance(key, str) for key in source):
+            return  # not a JSON object: no evidence
+        read = normalized(source)
+        report = FailureReportRow.report(read)
+        ids = seen(report)
+        if not is_rollout_row(read):
+            return
+        if isinstance(read.get("failure"), Mapping) and "result" not in read:
+            failed_ids.update(ids)
+        elif isinstance(read.get("result"), Mapping) and "failure" not in read:
+            accepted_ids.update(_chain(report, report.failure_id))
+
+    def add(source: object, depth: int) -> None:
         if isinstance(source, NgFailureEvent):
-            source = source.failure_report()
-        if isinstance(source, FailureReport):
-            ids.update(source.events)
-            omitted = omitted or source.omitted
+            failed_ids.update(seen(source.failure_report()))
+        elif isinstance(source, RequestFailureLog):
+            seen(source.report)
+            attempt_ids.update(
+                operation.final_attempt_id
+                for operation in source.model_operations.values()
+                if operation.final_attempt_id is not None
+            )
+        elif isinstance(source, FailureReport):
+            seen(source)
         elif isinstance(source, str):
-            ids.add(source)
+            seen_ids.add(source)
         elif isinstance(source, Mapping):
-            add(FailureReportRow.report(source), depth)
+            row(source)
         elif isinstance(source, Iterable) and depth < 4:
             for item in source:
                 add(item, depth + 1)
@@ -169,29 +265,46 @@ def client_record(*sources: object) -> ClientRecord:
 
     for source in sources:
         add(source, 0)
-    return ClientRecord(event_ids=frozenset(ids), omitted=omitted)
+    return ClientRecord(
+        failed_ids=frozenset(failed_ids),
+        accepted_ids=frozenset(accepted_ids),
+        seen_ids=frozenset(seen_ids),
+        attempt_ids=frozenset(attempt_ids),
+        omitted=omitted,
+    )
 
 
-def _retryable(attempt: Attempt) -> bool:
-    if attempt.outcome in _BREAKS:
-        return True
-    status = attempt.status
-    return is_server_error(status) or status in (408, 409, 429)
+def _chain(report: Any, failure_id: str | None) -> list[str]:
+    """`failure_id` and its cause chain within `report` (a `FailureReport`)."""
+    chain: list[str] = []
+    while failure_id is not None and failure_id in report.events and failure_id not in chain:
+        chain.append(failure_id)
+        failure_id = report.events[failure_id].cause_id
+    return chain
 
 
-def _failed(attempt: Attempt) -> bool:
-    return attempt.outcome != "ok" or is_error(attempt.status)
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
-def _finding(name: str, message: str, attempts: Sequence[Attempt]) -> Finding:
-    """A finding on `attempts`; its event ids are the failed attempt's (the first), or every
-    attempt's for a storm."""
-    named = attempts if name == "retry_storm" else attempts[:1]
+def _finding(
+    name: str,
+    message: str,
+    call: Call,
+    attempts: Sequence[Attempt],
+    severity: Severity | None = None,
+    *,
+    every_event: bool = False,
+) -> Finding:
+    """A finding on `attempts` of `call`; its event ids are the first attempt's (the failed one), or
+    every attempt's with `every_event` (a storm)."""
+    named = attempts if every_event else attempts[:1]
     return Finding(
         finding=name,
-        severity=FINDINGS[name],
+        severity=FINDINGS[name] if severity is None else severity,
         message=message,
-        requests=sorted({a.request for a in attempts}),
+        requests=[call.key],
+        calls=[call.key],
         attempts=[a.index for a in attempts],
         event_ids=[a.event_id for a in named if a.event_id is not None],
     )
@@ -203,140 +316,182 @@ def judge(
     *,
     storm_attempts: int = STORM_ATTEMPTS,
     read_timeout_s: float = READ_TIMEOUT_S,
+    max_attempts: int = MAX_CALL_ATTEMPTS,
+    allow_give_up: bool = False,
 ) -> Verdict:
-    """The verdict on the attempts of a journal, with the client's record when there is one;
-    `storm_attempts` and `read_timeout_s` are the bounds of `retry_storm` and `no_read_timeout`."""
-    served = sorted(attempts, key=lambda a: (a.started_s, a.index))
-    requests: dict[str, list[Attempt]] = defaultdict(list)
-    faults: dict[str, int] = defaultdict(int)
-    for attempt in served:
-        requests[attempt.request].append(attempt)
-        if attempt.fault is not None:
-            faults[attempt.fault] += 1
+    """The verdict on the attempts of a journal, with the client's record when there is one.
+
+    `storm_attempts` and `read_timeout_s` are the bounds of `retry_storm` and `no_read_timeout`;
+    a call that ends in a retryable failure with fewer than `max_attempts` attempts `gave_up`, a
+    failure unless `allow_give_up` (a test that expects the give-up) makes it a warning."""
+    attempts = list(attempts)
+    calls = group_calls(attempts)
+    faults = Counter(a.fault for a in attempts if a.fault is not None)
     findings: list[Finding] = []
-    for request, tries in requests.items():
-        findings.extend(_request_findings(request, tries, client, storm_attempts, read_timeout_s))
+    for call in calls:
+        findings.extend(_call_findings(call, client, storm_attempts, read_timeout_s))
+        findings.extend(_outcome_findings(call, client, max_attempts, allow_give_up))
     findings.sort(key=lambda f: (f.severity != "failure", f.attempts[:1], f.finding))
     return Verdict(
         passed=not any(f.severity == "failure" for f in findings),
-        attempts=len(served),
-        requests=len(requests),
+        attempts=len(attempts),
+        requests=len(calls),
+        calls=len(calls),
+        calls_by_basis=by_basis(calls),
         faults=dict(faults),
         client_record=client is not None,
         findings=findings,
     )
 
 
-def _noticed(attempt: Attempt, later: bool, client: ClientRecord | None) -> tuple[bool, str]:
-    """Whether the client noticed a broken stream, and how that is known."""
-    if client is not None and attempt.event_id is not None and attempt.event_id in client.event_ids:
-        return True, "in the client's record"
-    if client is not None and not client.omitted:
-        return False, f"event {attempt.event_id} is not in the client's record"
-    basis = "the client's record was cut short; " if client is not None else "no client record; "
-    if later:
-        return True, basis + "guessed from the retry"
-    return False, basis + "guessed from the server's side: no retry followed"
-
-
-def _request_findings(
-    request: str,
-    tries: list[Attempt],
-    client: ClientRecord | None,
-    storm_attempts: int,
-    read_timeout_s: float,
+def _call_findings(
+    call: Call, client: ClientRecord | None, storm_attempts: int, read_timeout_s: float
 ) -> Iterable[Finding]:
-    if len(tries) > storm_attempts:
+    """What the client did along the call: a storm, a wait with no read timeout, retries that came
+    too soon or should not have come, and faults its record holds no trace of."""
+    tries = call.attempts
+    if call.basis != "guess" and len(tries) > storm_attempts:
         yield _finding(
             "retry_storm",
-            f"request {request} was attempted {len(tries)} times (more than {storm_attempts})",
+            f"call {call.key} was attempted {len(tries)} times (more than {storm_attempts}; "
+            f"grouped by {'call id' if call.basis == 'call_id' else 'SDK retry count'})",
+            call,
             tries,
+            every_event=True,
         )
-    for position, attempt in enumerate(tries):
-        following = tries[position + 1] if position + 1 < len(tries) else None
+    for attempt in tries:
         if attempt.outcome == "ok" and attempt.delay_s is not None and attempt.delay_s >= read_timeout_s:
             yield _finding(
                 "no_read_timeout",
                 f"attempt {attempt.index} ({attempt.fault}) was waited out to its end, "
                 f"{attempt.delay_s:g} s: no read timeout under {read_timeout_s:g} s",
+                call,
                 [attempt],
             )
-        accepted = _accepted_stream(attempt, following is not None, client)
-        if accepted is not None:
-            yield accepted
-        elif _failed(attempt):
-            yield from _retry_findings(attempt, following)
-
-
-def _accepted_stream(attempt: Attempt, retried: bool, client: ClientRecord | None) -> Finding | None:
-    """The finding of a broken stream the client took as an answer, if it did."""
-    if attempt.outcome == "malformed":
-        # No client's record holds a malformed chunk (the SDK raises, nothing observes it): the
-        # retry is the only evidence.
-        noticed, how = _noticed(attempt, retried, None)
-        if noticed:
-            return None
-        return _finding(
-            "malformed_chunk_ignored",
-            f"attempt {attempt.index} ({attempt.route}): a stream event was not JSON, and the "
-            f"client took the reply as an answer ({how})",
-            [attempt],
-        )
-    if attempt.outcome not in ("cut", "failed_stream"):
-        return None
-    noticed, how = _noticed(attempt, retried, client)
-    if noticed:
-        return None
-    cut = attempt.outcome == "cut"
-    what = "cut before its terminal event" if cut else "ended in its failure event"
-    return _finding(
-        "cut_stream_accepted" if cut else "failed_stream_accepted",
-        f"attempt {attempt.index} ({attempt.route}, {attempt.fault}): the stream {what}, "
-        f"and the client took it as an answer ({how})",
-        [attempt],
-    )
-
-
-def _retry_findings(attempt: Attempt, following: Attempt | None) -> Iterable[Finding]:
-    """What the client did after the failed `attempt`: retried too soon, retried what it must not,
-    or gave up."""
-    if following is None:
-        if _retryable(attempt):
+        if client is not None and not client.omitted and _unmatched(attempt, client):
             yield _finding(
-                "gave_up",
-                f"attempt {attempt.index} ({attempt.route}, {attempt.fault or attempt.status}) failed "
-                "with a failure a retry can recover from, and no retry followed",
+                "unmatched_fault",
+                f"attempt {attempt.index} ({attempt.route}, {attempt.fault}) failed, and the client's "
+                "rows hold no trace of it (neither its event id nor its attempt id)",
+                call,
                 [attempt],
             )
-        return
-    # A failed status can be acted on from the status line (an SDK streaming a request reads no
-    # further); a broken reply is known only at its end.
-    known = attempt.ended_s
-    if attempt.outcome == "failed" and attempt.answered_s is not None:
-        known = attempt.answered_s
-    gap = following.started_s - known
-    if not _retryable(attempt):
-        yield _finding(
-            "retried_non_retryable",
-            f"attempt {attempt.index} was refused with {attempt.status} "
-            f"({attempt.fault or 'not a fault'}), and attempt {following.index} sent it again",
-            [attempt, following],
-        )
+    for attempt, following in itertools.pairwise(tries):
+        if failed(attempt):
+            yield from _retry_findings(call, attempt, following)
+
+
+def _unmatched(attempt: Attempt, client: ClientRecord) -> bool:
+    if attempt.fault is None or attempt.event_id is None or not failed(attempt):
+        return False
+    if attempt.event_id in client.seen_ids:
+        return False
+    if attempt.call_id is not None and attempt.call_attempt is not None:
+        return f"{attempt.call_id}.{attempt.call_attempt}" not in client.attempt_ids
+    return True
+
+
+def _retry_findings(call: Call, attempt: Attempt, following: Attempt) -> Iterable[Finding]:
+    """What the client did after the failed `attempt` with the next attempt of its call: retried
+    too soon, or retried what it must not."""
+    gap = following.started_s - known_s(attempt)
+    if gap < -CLOCK_SLACK_S:
+        return  # sent before the client could know of the failure: not a reaction to it
+    guessed = call.basis == "guess"
+    severity: Severity | None = "warning" if guessed else None
+    note = _GUESSED if guessed else ""
+    if not retryable(attempt):
+        if following.request == attempt.request:
+            yield _finding(
+                "retried_non_retryable",
+                f"attempt {attempt.index} was refused with {attempt.status} "
+                f"({attempt.fault or 'not a fault'}), and attempt {following.index} sent it again "
+                f"unchanged{note}",
+                call,
+                [attempt, following],
+                severity,
+            )
     elif attempt.retry_after_s is not None:
         if gap + CLOCK_SLACK_S < attempt.retry_after_s:
             yield _finding(
                 "retry_after_ignored",
                 f"attempt {attempt.index} asked for a wait of {attempt.retry_after_s:g} s "
-                f"(Retry-After); attempt {following.index} came {gap:.3f} s later",
+                f"(Retry-After); attempt {following.index} came {max(gap, 0.0):.3f} s later{note}",
+                call,
                 [attempt, following],
+                severity,
             )
     elif gap < NO_BACKOFF_S:
         yield _finding(
             "no_backoff",
-            f"attempt {following.index} came {gap:.3f} s after attempt {attempt.index} failed "
-            f"({attempt.fault or attempt.status}): no backoff",
+            f"attempt {following.index} came {max(gap, 0.0):.3f} s after attempt {attempt.index} failed "
+            f"({attempt.fault or attempt.status}): no backoff{note}",
+            call,
             [attempt, following],
+            severity,
         )
+
+
+def _outcome_findings(
+    call: Call, client: ClientRecord | None, max_attempts: int, allow_give_up: bool
+) -> Iterable[Finding]:
+    """How the call ended: a success built on one of its faults (the client's record says so), a
+    broken stream no failure of the agent names, or a give-up with attempts left."""
+    accepted = set() if client is None else client.accepted_ids
+    flagged = False
+    for attempt in call.attempts:
+        if attempt.fault is not None and attempt.event_id is not None and attempt.event_id in accepted:
+            flagged = flagged or attempt is call.last
+            yield _accepted(call, attempt, "the client's record holds a success built on it (its failure_id)")
+    last = call.last
+    if flagged or not failed(last):
+        return
+    handled = client is not None and last.event_id is not None and last.event_id in client.failed_ids
+    if last.outcome in _STREAM_FINDINGS and not handled:
+        if client is None:
+            how = (
+                "judged from the journal alone: the client's record would show whether the agent "
+                "failed with it"
+            )
+        elif last.event_id is not None and last.event_id in client.seen_ids:
+            how = (
+                f"event {last.event_id} is in the client's record, but no failure of the agent "
+                "names it: seen is not handled"
+            )
+        else:
+            how = "no failure of the agent in the client's record names it"
+        if client is not None and client.omitted:
+            how += "; the record was cut short"
+        yield _accepted(call, last, how)
+        return
+    count = call.attempt_count
+    if retryable(last) and count < max_attempts:
+        what = f"{last.fault or last.status}{', which the agent failed with' if handled else ''}"
+        yield _finding(
+            "gave_up",
+            f"call {call.key} ended in attempt {last.index} ({last.route}, {what}), a failure a retry "
+            f"can recover from, after {_count(count, 'attempt')} of {max_attempts}: no retry followed",
+            call,
+            [last],
+            "warning" if allow_give_up else None,
+        )
+
+
+def _accepted(call: Call, attempt: Attempt, how: str) -> Finding:
+    """The finding of a call whose answer was built on the faulted `attempt`."""
+    if attempt.outcome in _STREAM_FINDINGS:
+        name, what = _STREAM_FINDINGS[attempt.outcome]
+        if attempt.outcome == "malformed" and not attempt.stream:
+            what = "the reply's body was not JSON"
+        message = f"{what}, and the client took it as an answer"
+    else:
+        name, message = "failure_accepted", "a success was built on a call that ended in this fault"
+    return _finding(
+        name,
+        f"attempt {attempt.index} ({attempt.route}, {attempt.fault}): {message} ({how})",
+        call,
+        [attempt],
+    )
 
 
 def verdict_document(verdict: Verdict, attempts: Sequence[Attempt], dropped: int = 0) -> dict[str, Any]:

@@ -12,17 +12,26 @@ ask for the verdict::
         model_endpoint.force("quota_429", retry_after=1)      # the next request: a 429, Retry-After 1
         model_endpoint.force("cut_stream", stream=True)       # the next stream: cut before its end
         my_agent.run(client, "Fix the bug")
-        model_endpoint.assert_recovered()                     # waited the hint? noticed the cut?
+        model_endpoint.assert_recovered()                     # waited the hint? asked again after the cut?
 
 The fixture also sets `OPENAI_BASE_URL`, `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL` and
 `ANTHROPIC_API_KEY` for the test, so an SDK client made without arguments talks to the endpoint.
 
-`verdict()` and `assert_recovered()` read the endpoint's journal of the test's attempts and, when the
-code under test runs gym-failures (`observe_attempts` on its SDK client), its own record: the fixture
-captures a `RequestFailureLog` for the test (`client_log`), and when it holds anything, a cut or
-failed stream counts as noticed only if its event id is in it. Pass `client=` to name the record
-yourself (a collector's rows, a `FailureReport`, event ids), or `client=None` to judge from the
-server's side alone.
+`verdict()` and `assert_recovered()` read the endpoint's journal of the test's attempts, call by
+call (a call's outcome is its last attempt; attempts are one call when they send the same
+`X-Gym-Call-Id`, else by the SDKs' retry count, else by a guess the verdict names), and, when the code
+under test runs gym-failures (`observe_attempts` on its SDK client), its own record: the fixture
+captures a `RequestFailureLog` for the test (`client_log`) and uses it when it holds anything. A log
+only shows what the client SAW, and seen is not handled: a call that ended in a cut stream fails the
+verdict unless a failure of the agent names the cut (pass `client=` the agent's failure, or the
+collector's rows), or a later attempt of the same call succeeded. Re-issue a stream inside
+`gym_failures.calls.logical_call()` and send its headers (`call_headers()`) so the retry is an attempt
+of the same call. Pass `client=` to name the record yourself (a collector's rows, an agent's failure,
+a `FailureReport`, event ids), or `client=None` to judge from the server's side alone.
+
+A call that ends in a failure a retry can recover from, with fewer than `max_attempts` attempts (3:
+the SDKs' 1 + 2 retries), is `gave_up`, a failure; `assert_recovered(allow_give_up=True)` makes it a
+warning for a test that expects the give-up (`max_retries=0` on purpose).
 
 `pytest --model-endpoint-verdicts FILE` writes every test's verdict as one JSON line (`test`,
 `verdict`) when the session ends.
@@ -165,17 +174,26 @@ class ModelEndpointFixture:
         self.endpoint.journal.settled(SETTLE_S)
         return self.endpoint.journal.attempts()
 
-    def verdict(self, client: object = _AUTO) -> Verdict:
-        """The verdict on this test's attempts (see the module's docstring for `client`)."""
+    def verdict(
+        self, client: object = _AUTO, *, allow_give_up: bool = False, max_attempts: int | None = None
+    ) -> Verdict:
+        """The verdict on this test's attempts (see the module's docstring for `client`);
+        `allow_give_up` and `max_attempts` as `judge`'s (`max_attempts` None: its default, 3)."""
+        from gym_failures.model_endpoint import client_record, judge
+
         if client is _AUTO:
             client = self.client_log if not self.client_log.is_empty() else None
         self.endpoint.journal.settled(SETTLE_S)
-        return self.endpoint.verdict(client)
+        record = None if client is None else client_record(client)
+        bounds = {} if max_attempts is None else {"max_attempts": max_attempts}
+        return judge(self.endpoint.journal.attempts(), record, allow_give_up=allow_give_up, **bounds)
 
-    def assert_recovered(self, client: object = _AUTO) -> Verdict:
-        """The verdict; `AssertionError` with its text (findings, requests, event ids) when a finding
+    def assert_recovered(
+        self, client: object = _AUTO, *, allow_give_up: bool = False, max_attempts: int | None = None
+    ) -> Verdict:
+        """The verdict; `AssertionError` with its text (findings, calls, event ids) when a finding
         fails it."""
-        verdict = self.verdict(client)
+        verdict = self.verdict(client, allow_give_up=allow_give_up, max_attempts=max_attempts)
         if not verdict.passed:
             raise AssertionError(verdict.text())
         return verdict
