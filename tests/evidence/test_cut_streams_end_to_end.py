@@ -88,6 +88,15 @@ def _gate(run: Path, *flags: str) -> tuple[int, dict[str, Any]]:
     return done.returncode, json.loads(done.stdout)
 
 
+def _verdict(endpoint: str, run: Path | None = None) -> tuple[int, str]:
+    """`gym-failures verdict URL`, with the run's rows as the client's record when `run` is given."""
+    command = [sys.executable, "-m", "gym_failures.cli", "verdict", endpoint, "--api-key", KEY]
+    if run is not None:
+        command += ["--client", str(run / "rollouts.jsonl"), "--client", str(run / "rollouts_failures.jsonl")]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    return done.returncode, done.stdout
+
+
 def _rows(run: Path) -> list[dict[str, Any]]:
     return [
         json.loads(line) for path in sorted(run.glob("*.jsonl")) for line in path.read_text().splitlines()
@@ -111,6 +120,11 @@ def test_a_careless_agents_half_answers_are_tainted_never_scored(endpoint: str, 
     # Every cut the endpoint journaled is a tainted row's own failure, under the endpoint's id.
     tainted = {row["_ng_failure_id"] for row in _rows(run) if "result" in row and row.get("_ng_failure_id")}
     assert tainted == cut_ids
+    # The endpoint's verdict agrees, with and without the client's rows: more evidence never passes.
+    for record in (None, run):
+        status, text = _verdict(endpoint, record)
+        assert status == 1
+        assert text.count("failure: cut_stream_accepted") == CUTS
     # Judged as any success when asked, the cut answers are what they are: nothing came before the
     # cut (three events: created, in progress, the first part), so each is an empty answer.
     _, judged_anyway = _gate(run, "--score-tainted")
@@ -135,3 +149,7 @@ def test_a_careful_agents_retried_answers_are_scored_and_carry_the_cuts(
     assert all(len(row["_ng_failure_events"]) == 1 for row in recovered)
     assert all(row["_ng_failure_id"] is None for row in recovered)
     assert not any("failure" in row for row in _rows(run))
+    for record in (None, run):
+        status, text = _verdict(endpoint, record)
+        assert status == 0, text
+        assert text.startswith(f"recovered: {TASKS + CUTS} attempts of {TASKS} calls")
