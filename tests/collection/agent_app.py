@@ -1,7 +1,8 @@
 """An agent server that fails in planned ways, chosen by each task's `mode`, for collection tests.
 
 A task's `sleep` delays its reply by that many seconds; its `until` holds the reply until the file it
-names exists (a gate the test opens: no test waits on a race against a sleep).
+names exists (a gate the test opens: no test waits on a race against a sleep). A `fail_as` task fails
+every attempt with its `kind` at its `boundary` until the file its `fixed` names exists, then succeeds.
 
 Run with `python -m tests.collection.agent_app PORT [LISTEN_AFTER_S]`.
 """
@@ -28,7 +29,14 @@ from gym_failures.failure_transport import (
     reply_failure_report,
     report_for_current_request,
 )
-from gym_failures.failures import AgentFailure, ModelFailure, SandboxFailure
+from gym_failures.failures import AgentFailure, ModelFailure, NgFailureEvent, SandboxFailure
+
+_FAILURES: dict[str, type[NgFailureEvent]] = {
+    "agent": AgentFailure,
+    "model": ModelFailure,
+    "sandbox": SandboxFailure,
+}
+"""The boundaries a `fail_as` task may name, by their failure classes."""
 
 
 async def run(request: Request) -> Response:
@@ -65,6 +73,22 @@ async def run(request: Request) -> Response:
                     failure_report=reply_failure_report(failure),
                 )
                 return JSONResponse(episode.model_dump(mode="json"))
+    if mode == "fail_as":
+        # A dependency down behind the agent (issue 30's breaker): every attempt answered at once with
+        # the failure of the kind and boundary the task names, until the file its `fixed` names exists.
+        if "fixed" in task and Path(task["fixed"]).exists():
+            return JSONResponse(BaseEpisodeResponse(result={"reward": 1.0}).model_dump(mode="json"))
+        boundary = _FAILURES[task.get("boundary", "model")]
+        try:
+            raise boundary(failure_kind=task["kind"], failure_reason="down", stage="agent")
+        except boundary as down:
+            episode = BaseEpisodeResponse(
+                failure=EpisodeFailure(
+                    failure_kind=task["kind"], failure_reason="down", stage="agent", terminal=False
+                ),
+                failure_report=reply_failure_report(down),
+            )
+            return JSONResponse(episode.model_dump(mode="json"))
     if mode == "raise":
         raise ModelFailure(failure_kind="model_server_error", failure_reason="upstream 503", http_status=503)
     if mode == "garbage":

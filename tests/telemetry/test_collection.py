@@ -95,7 +95,9 @@ async def test_a_demo_sized_collection_counts_every_saved_attempt(
     assert progress.succeeded == summary.succeeded
     assert sum(progress.failed.values()) == summary.failed_final
     assert progress.retried == len(failure_rows) - summary.failed_final
-    assert len(seen) == summary.attempts + 1  # once at the start, then once per row
+    # Once at the start, then once per row; and when the breaker opens or closes (issue 30: this
+    # run's failures come in runs of one kind), which changes no count.
+    assert len(set(seen)) == summary.attempts + 1
     assert seen == sorted(seen)
 
     # The collector rebuilt each model failure the agent replied with: its span names their ids.

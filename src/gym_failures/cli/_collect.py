@@ -70,6 +70,7 @@ _FLAGS = {"agent_url": "--agent-url", "input_path": "INPUT", "output_path": "--o
 _FLAG_WORDS = (
     ("num_repeats", "--num-repeats"),
     ("wait_ready_s", "--wait-ready"),
+    ("breaker_attempts", "--breaker"),
     ("force the resume", "pass --force-resume"),
     ("output path", "--output"),
 )
@@ -129,6 +130,23 @@ def _require_tasks(path: Path) -> None:
     raise CommandError(f"no tasks in {path} ({'; '.join(found) or 'an empty file'})")
 
 
+def _defaulted_options(arguments: argparse.Namespace) -> dict[str, Any]:
+    """The collection's fields whose flags were given, of those whose defaults come from elsewhere
+    (the environment, NeMo Gym's variable, a resumed run): left out, the config's own apply."""
+    options: dict[str, Any] = {"max_attempts": arguments.max_attempts} if arguments.max_attempts else {}
+    if arguments.agent_name is not None:
+        options["agent_name"] = arguments.agent_name  # set only when named: a resumed run keeps its own
+    if arguments.backoff_initial is not None:
+        options["backoff_initial_s"] = arguments.backoff_initial
+    if arguments.wait_ready is not None:
+        options["wait_ready_s"] = arguments.wait_ready
+    if arguments.breaker is not None:
+        options["breaker_attempts"] = arguments.breaker
+        if arguments.ray is not None:
+            warn("--breaker has no effect with --ray: the Ray driver dispatches in a loop of its own")
+    return options
+
+
 def _run_collect(arguments: argparse.Namespace) -> int:
     if arguments.metrics_port is not None:
         require_extra("--metrics-port", "prometheus", METRICS_MODULES)
@@ -136,7 +154,7 @@ def _run_collect(arguments: argparse.Namespace) -> int:
 
     from gym_failures._loop import run as run_loop
     from gym_failures.cli._live import live_collection, metrics_endpoint
-    from gym_failures.collection import AgentDown, CollectionConfig
+    from gym_failures.collection import AgentDown, BreakerOpen, CollectionConfig
     from gym_failures.collection import collect as run_collection
     from gym_failures.collection._protocols import default_protocol
     from gym_failures.failure_kinds import COLLECTION_DISPATCH_FAILED, COLLECTION_RESUME_REFUSED
@@ -146,13 +164,7 @@ def _run_collect(arguments: argparse.Namespace) -> int:
     if arguments.workers is not None and arguments.ray is None:
         raise CommandError("--workers needs --ray")
     _require_tasks(arguments.input_path)
-    options: dict[str, Any] = {"max_attempts": arguments.max_attempts} if arguments.max_attempts else {}
-    if arguments.agent_name is not None:
-        options["agent_name"] = arguments.agent_name  # set only when named: a resumed run keeps its own
-    if arguments.backoff_initial is not None:
-        options["backoff_initial_s"] = arguments.backoff_initial
-    if arguments.wait_ready is not None:
-        options["wait_ready_s"] = arguments.wait_ready
+    options = _defaulted_options(arguments)
     output = _output_path(arguments.output)
     try:
         config = CollectionConfig(
@@ -177,6 +189,7 @@ def _run_collect(arguments: argparse.Namespace) -> int:
             running.enter_context(metrics_endpoint(arguments.metrics_port, "gym-failures-collect"))
         live = running.enter_context(live_collection())
         seen: list[CollectionProgress] = []
+        ended_by: str | None = None
 
         def on_progress(progress: CollectionProgress) -> None:
             seen[:] = [progress]
@@ -194,6 +207,8 @@ def _run_collect(arguments: argparse.Namespace) -> int:
                     raise CommandError(f"--ray: {error}") from None
             else:
                 summary = run_loop(run_collection(config, on_progress))
+        except BreakerOpen as opened:  # the breaker's probes failed as the attempts before them
+            summary, ended_by = opened.summary, _flag_words(opened.reason, ())
         except AgentDown as failure:  # the agent accepted no connection within --wait-ready
             raise CommandError(_flag_words(failure.failure_reason, ()), status=EXIT_FAILED) from None
         except NgFailureEvent as failure:
@@ -203,7 +218,8 @@ def _run_collect(arguments: argparse.Namespace) -> int:
                 raise
             quoted = (config.output_path, config.lock_path)
             raise CommandError(_flag_words(failure.failure_reason, quoted)) from None
-    return collect_result(summary, seen[0] if seen else CollectionProgress(), config, arguments)
+    progress = seen[0] if seen else CollectionProgress()
+    return collect_result(summary, progress, config, arguments, ended_by=ended_by)
 
 
 def _ray_collector() -> tuple[Any, type[Exception]]:

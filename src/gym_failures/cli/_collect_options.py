@@ -1,5 +1,5 @@
 """`gym-failures collect`'s options: the input, the agent, the output, the run's bounds, how it fails
-well (backoff, the hints' bound, the readiness wait, what a resume reopens), Ray, metrics.
+well (backoff, the hints' bound, the readiness wait, the breaker, what a resume reopens), Ray, metrics.
 
 Decisions:
 
@@ -98,8 +98,8 @@ def add_collect_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_recovery_options(parser: argparse.ArgumentParser) -> None:
-    """`collect`'s options for failing well: the backoff, the hints' bound, the readiness wait, and
-    which closed rollouts a resume reopens."""
+    """`collect`'s options for failing well: the backoff, the hints' bound, the readiness wait, the
+    breaker, and which closed rollouts a resume reopens."""
     parser.add_argument(
         "--backoff-initial",
         type=seconds_or_zero,
@@ -130,6 +130,15 @@ def _add_recovery_options(parser: argparse.ArgumentParser) -> None:
         help="how long the agent may take to accept connections, at the start and after a run of "
         "transport failures, before the run ends with exit 1, budgets kept; 0: no wait, no pause "
         "($GYM_FAILURES_WAIT_READY_S, else 60)",
+    )
+    parser.add_argument(
+        "--breaker",
+        type=at_least(0),
+        default=None,
+        metavar="N",
+        help="when N attempts in a row fail with the same kind at the same boundary, send one probe at "
+        "a time: one that does not fail so resumes the run, 3 that do end it with exit 1, the rollouts "
+        "never tried keeping their budgets; 0: off; not on --ray (10)",
     )
     parser.add_argument(
         "--retry-terminal",

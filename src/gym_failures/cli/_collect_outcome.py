@@ -9,6 +9,11 @@ Decisions:
   succeeded exits 1 again: a script must not read "nothing left to do" as success.
 - It exits 1 too when no attempt of this run reached the agent, whatever earlier runs saved.
 - The agent URL is shown without its secrets (`url_without_secrets`).
+- A run the breaker ended (`BreakerOpen`) prints its figures as any (`--json`'s `breaker`: the
+  kind, boundary, attempts in a row, probes and `--breaker` it ended on; null for a run it did not
+  end; the table leaves it out), then exits 1 with the breaker's one line, `gym-failures collect:
+  error: the breaker opened: ...`; the other lines about the rows are not said, the breaker's says
+  why the run stopped.
 """
 
 from __future__ import annotations
@@ -37,25 +42,35 @@ TRANSPORT_KINDS = frozenset({"transport_unreachable", "transport_timeout", "tran
 
 
 def collect_result(
-    summary: CollectionSummary, progress: CollectionProgress, config: Any, arguments: argparse.Namespace
+    summary: CollectionSummary,
+    progress: CollectionProgress,
+    config: Any,
+    arguments: argparse.Namespace,
+    *,
+    ended_by: str | None = None,
 ) -> int:
     """Print a finished collection's figures (its successes in the gate's words) and give its exit
-    status: 1 when the run's rows hold no success, or when no attempt of this run reached the agent."""
-    from dataclasses import fields
+    status: 1 when the run's rows hold no success, or when no attempt of this run reached the agent;
+    and 1 with `ended_by`'s line when the breaker ended the run."""
+    from dataclasses import asdict, fields
 
     from gym_failures.cli._tables import print_collection
 
     figures: dict[str, Any] = {}
     for field in fields(summary):
-        if field.name != "scans":
+        if field.name not in ("scans", "breaker"):
             figures[field.name] = getattr(summary, field.name)
         if field.name == "succeeded":
             figures.update(_outcome_figures(progress))
     if arguments.json_output:
-        print_json(json.dumps(figures, indent=2))
+        breaker = None if summary.breaker is None else asdict(summary.breaker)
+        print_json(json.dumps({**figures, "breaker": breaker}, indent=2))
     else:
         print_collection(figures, config.output_path, config.failures_path)
     _say_unmeasured(progress)
+    if ended_by is not None:
+        stderr_line(f"gym-failures collect: error: {ended_by}")
+        return EXIT_FAILED
     if summary.succeeded == 0 and not _any_success(config.output_path):
         return _no_success(config.failures_path, arguments.agent_url, summary)
     unreached_only = set(progress.failed_attempts_by_kind) <= TRANSPORT_KINDS

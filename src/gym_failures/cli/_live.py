@@ -4,10 +4,12 @@ progress bar on a terminal, plain lines otherwise) and its `/metrics` endpoint (
 On a terminal (stderr) the bar shows rollouts done of expected, this run's scored rollouts (as the
 gate counts them: a verdict, else a finite reward, and no gate class), its degraded, masked, tainted and
 gate-derived successes when there are any, final failures by class, attempts retried, the rollouts
-reopened and backing off, how long dispatch has waited for the agent to accept connections, the rate
-and the time left; it is transient. When stderr is no terminal (a CI log, a file) the same figures go
-out as one plain line every `PLAIN_INTERVAL_S` seconds and once at the end, so a log shows a long run
-moving without a line per rollout (and once when dispatch starts waiting for the agent).
+reopened and backing off, how long dispatch has waited for the agent to accept connections, whether
+the breaker holds dispatch to probes (`breaker open: <kind> at <boundary>, probing`), the rate and the
+time left; it is transient. When stderr is no terminal (a CI log, a file) the same figures go out as
+one plain line every `PLAIN_INTERVAL_S` seconds and once at the end, so a log shows a long run moving
+without a line per rollout (and once when dispatch starts waiting for the agent, and once when the
+breaker opens).
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ def counts_text(progress: CollectionProgress) -> str:
         text += f" · {progress.backing_off} backing off"
     if progress.agent_wait_s is not None:
         text += f" · waiting for the agent {progress.agent_wait_s:.0f} s"
+    if progress.breaker is not None:
+        text += f" · breaker open: {progress.breaker}, probing"
     return text
 
 
@@ -115,14 +119,18 @@ def _plain_lines(stream: TextIO) -> Iterator[Callable[[CollectionProgress], None
     printed = [time.monotonic()]
 
     waiting = [False]
+    opened: list[str | None] = [None]
 
     def update(progress: CollectionProgress) -> None:
         last[:] = [progress]
         now = time.monotonic()
-        # A wait for the agent is said when it starts: a log shows why nothing moves.
+        # A wait for the agent, or the breaker's hold, is said when it starts: a log shows why
+        # nothing moves.
         started_waiting = progress.agent_wait_s is not None and not waiting[0]
         waiting[0] = progress.agent_wait_s is not None
-        if started_waiting or now - printed[0] >= PLAIN_INTERVAL_S:
+        breaker_opened = progress.breaker is not None and progress.breaker != opened[0]
+        opened[0] = progress.breaker
+        if started_waiting or breaker_opened or now - printed[0] >= PLAIN_INTERVAL_S:
             printed[0] = now
             print(_plain_line(progress), file=stream, flush=True)
 

@@ -16,7 +16,8 @@ Where each part of a run lives (one job a module; each module's docstring says i
 | `_resume` | resume planning: `PendingRollout`, each open rollout's next attempt, budgets reopened or spent |
 | `_summary` | `CollectionSummary`: what a run did and found |
 | `_collector` | `Collector`, `collect`, `AgentDown`: the queue, budgets, readiness pauses, the one `_save` |
-| `_schedule` | which attempts are ready to send, dispatch paused or stopped; `Retry` |
+| `_breaker` | `Breaker`, `BreakerOpen`: attempts failed alike hold dispatch to probes, then end the run |
+| `_schedule` | which attempts are ready to send, dispatch paused, held to probes or stopped; `Retry` |
 | `_pacing` | backoff, the server's hints, the readiness probe and its wait, the collector's clock |
 | `_dispatcher` | `AttemptDispatcher`: one attempt sent and its row built (the `gym-failures` protocol) |
 | `_attempt_row` | `AttemptRow`, `AttemptSeen`: one attempt's row and what was seen of its exchange |
@@ -45,6 +46,7 @@ from gym_failures.rows import (
 )
 
 if TYPE_CHECKING:
+    from gym_failures.collection._breaker import BreakerOpen, BreakerTrip
     from gym_failures.collection._collector import AgentDown, Collector, collect
     from gym_failures.collection._config import CollectionConfig
     from gym_failures.collection._summary import CollectionSummary
@@ -55,6 +57,8 @@ __all__ = [
     "LEGACY_TERMINAL",
     "NONFINITE",
     "AgentDown",
+    "BreakerOpen",
+    "BreakerTrip",
     "CollectionConfig",
     "CollectionSummary",
     "Collector",
@@ -77,6 +81,10 @@ def __getattr__(name: str) -> Any:
         from gym_failures.collection import _collector
 
         return getattr(_collector, name)
+    if name in ("BreakerOpen", "BreakerTrip"):
+        from gym_failures.collection import _breaker
+
+        return getattr(_breaker, name)
     if name == "CollectionConfig":
         from gym_failures.collection._config import CollectionConfig
 

@@ -15,7 +15,10 @@ reset; at most `retry_after_max_s`), written on its failure row as `_gf_retry_wa
 `_gf_retry_wait_from`; while it waits it holds no worker. With `wait_ready_s`, no attempt is sent until
 the agent accepts a connection, at the start and after `TRANSPORT_RUN` attempts in a row failed with
 the same transport kind; an agent that accepts none within `wait_ready_s` ends the run (`AgentDown`),
-the rollouts not yet final kept.
+the rollouts not yet final kept. The breaker (`_breaker`, `breaker_attempts`) holds dispatch to one
+probe at a time after a run of attempts failed alike (an agent that answers, every time, with the same
+failure), and ends the run (`BreakerOpen`) when its probes fail too; it runs beside the readiness
+pause, each with its own flag in the `Schedule` and its own watcher task.
 
 An error while saving a row (a full disk) is not an attempt's outcome: it ends the run and is raised
 to the caller; the other workers are cancelled, and the attempts they had in flight have no row and
@@ -32,6 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from gym_failures.collection._attempt_row import AttemptFunction, AttemptRow
+from gym_failures.collection._breaker import Breaker, BreakerOpen
 from gym_failures.collection._config import CollectionConfig
 from gym_failures.collection._dispatcher import AttemptDispatcher
 from gym_failures.collection._inventory import run_inventory
@@ -89,6 +93,7 @@ class Collector:
         self.progress = CollectionProgress()
         self._secrets = url_secrets(config.agent_url)
         self._backoff = Backoff(config.backoff_initial_s, config.backoff_max_s)
+        self._breaker = Breaker(config.breaker_attempts, self._backoff)
         self.run_id = ""
         """The run's id (the manifest's), known once `run` has checked the manifest."""
 
@@ -128,27 +133,35 @@ class Collector:
         """Bring every rollout to a final outcome, each attempt's row `record`ed here: `in_flight`
         workers, each sending one ready attempt at a time (a rollout backing off holds none); with
         `wait_ready_s`, no attempt is sent until the agent accepts connections, nor after a run of
-        transport failures until it does again (`_watch_agent`)."""
+        transport failures until it does again (`_watch_agent`); with `breaker_attempts`, only one
+        probe at a time after a run of attempts failed alike, until one does not (`_watch_breaker`)."""
         if not rollouts:
             return
         watching = self.config.wait_ready_s > 0
         schedule = Schedule(rollouts, paused=watching)
+        self._breaker = Breaker(self.config.breaker_attempts, self._backoff)
         async with self.dispatcher() as attempt:
             tasks = [
                 asyncio.create_task(self._worker(attempt, schedule, successes, failures))
                 for _ in range(min(self.in_flight(), len(rollouts)))
             ]
-            watcher = asyncio.create_task(self._watch_agent(schedule)) if watching else None
+            watchers = [
+                *([asyncio.create_task(self._watch_agent(schedule))] if watching else []),
+                *([asyncio.create_task(self._watch_breaker(schedule))] if self._breaker.attempts else []),
+            ]
             try:
-                await self._until_done(tasks, watcher)
+                await self._until_done(tasks, watchers)
             finally:
                 schedule.cancel()
-                for task in (*tasks, *([watcher] if watcher else [])):
+                for task in (*tasks, *watchers):
                     task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.gather(*tasks, *([watcher] if watcher else []), return_exceptions=True)
+                    await asyncio.gather(*tasks, *watchers, return_exceptions=True)
                 self.progress.backing_off = 0
                 self.progress.agent_wait_s = None
+                self.progress.breaker = None
+        if schedule.stopped and self._breaker.gave_up:
+            self._breaker_ended(schedule)
         if schedule.stopped:
             untried = len(schedule.untried)
             raise AgentDown(
@@ -161,11 +174,25 @@ class Collector:
                 ),
             )
 
+    def _breaker_ended(self, schedule: Schedule) -> None:
+        """Raise `BreakerOpen`: the breaker's probes failed as the attempts before them did."""
+        trip = self._breaker.trip()
+        self.summary.breaker = trip
+        untried = len(schedule.untried)
+        reason = (
+            f"the breaker opened: {trip.in_a_row} attempts in a row failed with {trip.failure_kind} at "
+            f"the {trip.boundary} boundary, the last {trip.probes} of them probes sent one at a time "
+            f"(breaker_attempts {trip.breaker_attempts}); {without_outcome(schedule.open)} ({untried} "
+            f"never tried, {'its budget' if untried == 1 else 'their budgets'} whole): collect again "
+            "once what fails them is fixed"
+        )
+        raise BreakerOpen(reason, trip, self.summary)
+
     @staticmethod
-    async def _until_done(workers: list[asyncio.Task[None]], watcher: asyncio.Task[None] | None) -> None:
-        """Wait for the workers, raising the first error of theirs, or of the watcher's (its probe, its
+    async def _until_done(workers: list[asyncio.Task[None]], watchers: list[asyncio.Task[None]]) -> None:
+        """Wait for the workers, raising the first error of theirs, or of a watcher's (its probe, its
         clock): dispatch would stay paused for ever otherwise, the workers waiting on the watcher."""
-        waiting: set[asyncio.Task[None]] = {*workers, *([watcher] if watcher is not None else [])}
+        waiting: set[asyncio.Task[None]] = {*workers, *watchers}
         while not all(worker.done() for worker in workers):
             done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -181,6 +208,33 @@ class Collector:
                 if schedule.open == 0:
                     return
             await schedule.resume(await self._agent_up())
+
+    async def _watch_breaker(self, schedule: Schedule) -> None:
+        """Whenever the breaker is open and no attempt is out, wait (`Breaker.probe_wait`, on the
+        collector's clock), then let one probe through, of a task the failures did not come from; the
+        worker that records it keeps the breaker open, closes it or gives up (`_count_for_breaker`).
+        When every open rollout is of such a task, the breaker stands down for the rest of the run."""
+        while True:
+            async with schedule.changed:
+                await schedule.changed.wait_for(
+                    lambda: (
+                        schedule.open == 0
+                        or schedule.stopped
+                        or (schedule.probing and schedule.sending == 0 and schedule.permits == 0)
+                    )
+                )
+                if schedule.open == 0 or schedule.stopped:
+                    return
+                avoid = set(self._breaker.tasks)
+                if not schedule.can_probe(avoid):
+                    self._breaker.stand_down()
+                    schedule.probing = False
+                    schedule.changed.notify_all()
+                    self.progress.breaker = None
+                    self._progress()
+                    return
+            await self.clock.sleep(self._breaker.probe_wait())
+            await schedule.permit(avoid)
 
     async def _agent_up(self) -> bool:
         """Whether the agent accepts a connection within `wait_ready_s` (`wait_ready`: probed every
@@ -236,6 +290,7 @@ class Collector:
             rollout, number = item
             outcome = await attempt(rollout, number)
             retry = self.record_attempt(outcome, successes, failures)
+            await self._count_for_breaker(schedule, item, outcome, retry)
             if outcome.transport_kind is not None and schedule.streak[0] == outcome.transport_kind:
                 schedule.streak = (outcome.transport_kind, schedule.streak[1] + 1)
             else:
@@ -244,6 +299,19 @@ class Collector:
                 await schedule.pause()
             await schedule.settle(rollout, number, retry, self.clock)
             self.progress.backing_off = len(schedule.backing_off)
+
+    async def _count_for_breaker(
+        self, schedule: Schedule, item: tuple[PendingRollout, int], outcome: AttemptRow, retry: Retry | None
+    ) -> None:
+        """Count a recorded attempt (`item`, as `take` gave it) for the breaker, and hold, free or
+        stop dispatch as it says."""
+        change = self._breaker.saw(outcome, retry, item[0].task_index, probe=schedule.probe is item)
+        if change == "gave_up":
+            await schedule.stop()
+        elif change is not None:
+            await schedule.hold(change == "opened")
+            self.progress.breaker = self._breaker.shown if change == "opened" else None
+            self._progress()
 
     def record(self, outcome: AttemptRow, successes: RowWriter, failures: RowWriter) -> bool:
         """Save one attempt's row (through `_save`) and count it; whether its rollout goes on."""
@@ -301,7 +369,8 @@ async def collect(
     clock: Clock | None = None,
 ) -> CollectionSummary:
     """Run one collection (resuming what is on disk) and return its summary; `AgentDown` when the
-    agent accepts no connection within `wait_ready_s` (the rollouts not yet final are kept)."""
+    agent accepts no connection within `wait_ready_s`, `BreakerOpen` when the breaker's probes failed
+    as the attempts before them did (the rollouts not yet final are kept)."""
     return await Collector(config, on_progress, clock=clock).run()
 
 

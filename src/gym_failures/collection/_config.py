@@ -18,6 +18,7 @@ import yarl
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from gym_failures import nemo_gym
+from gym_failures.collection._breaker import BREAKER_ATTEMPTS
 from gym_failures.collection._protocols import GYM_FAILURES_PROTOCOL, AgentProtocol
 from gym_failures.materialized import MATERIALIZED_SUFFIX, materialized_path
 from gym_failures.rows import FAILURES_SUFFIX, failures_path, manifest_path, run_rows_file
@@ -93,6 +94,12 @@ class CollectionConfig(BaseModel):
     the first attempt and whenever dispatch pauses after a run of transport failures; past it the run
     ends (`transport_unreachable`), the rollouts not yet final kept for the next run. 0: no readiness
     wait and no pause, every attempt is dispatched as it comes."""
+    breaker_attempts: int = Field(default=BREAKER_ATTEMPTS, ge=0)
+    """The breaker for fast failures (`gym_failures.collection._breaker`): when this many attempts in a
+    row (10), across rollouts, failed with the same kind at the same boundary, dispatch holds to one
+    probe at a time; a probe that does not fail so resumes it, and 3 that do end the run
+    (`BreakerOpen`), the rollouts not yet final kept for the next run. 0 turns it off. Not on Ray: its
+    driver dispatches in a loop of its own (`gym_failures.ray`)."""
     retry_terminal: bool = False
     """Reopen, on resume, the rollouts closed by a failure the agent marked `terminal` (within the
     budget); the rollouts closed by the budget are reopened whenever `max_attempts` is raised."""

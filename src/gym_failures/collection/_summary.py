@@ -3,13 +3,14 @@
 Filled in by the run's steps in turn: the inventory (`_inventory`: tasks, blank and invalid task
 lines, invalid materialized lines), the resume plan (`_resume`: expected, already done, reopened, torn
 and invalid row lines), then the collector (`_collector`: attempts, successes, final failures,
-omitted attempts, dispatch errors).
+omitted attempts, dispatch errors, the breaker's trip).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gym_failures.collection._breaker import BreakerTrip
 from gym_failures.rows import JsonlScan
 
 
@@ -40,4 +41,6 @@ class CollectionSummary:
     """Lines of the run's materialized inputs that name no rollout (or one already named): skipped."""
     omitted: int = 0
     """Attempts whose reply NeMo Gym's protocol marks never to be saved (`_ng_no_persist`): no row."""
+    breaker: BreakerTrip | None = None
+    """The failure the breaker ended the run on (`BreakerOpen`); None when it did not."""
     scans: list[JsonlScan] = field(default_factory=list)

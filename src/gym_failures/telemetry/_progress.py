@@ -129,6 +129,8 @@ class CollectionProgress:
     """Rollouts waiting out a backoff or a `Retry-After` before their next attempt."""
     agent_wait_s: float | None = None
     """Seconds dispatch has been paused waiting for the agent to accept connections; None when not."""
+    breaker: str | None = None
+    """While the breaker holds dispatch to probes: the failure it opened on, `<kind> at <boundary>`."""
     failed_attempts_by_kind: dict[str, int] = field(default_factory=dict)
     """This run's failed attempts (final or retried) by kind, `(none)` for a failure without one."""
     started: float = field(default_factory=time.monotonic)
