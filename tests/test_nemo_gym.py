@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 
 from gym_failures import nemo_gym
 from gym_failures.gate import read_coverage
+from gym_failures.reporting._reasons import normalized_reason
+from gym_failures.reporting._roots import row_root
 from gym_failures.reporting.explain import explain_row, rollout_rows
-from gym_failures.reporting.summary import summarize
+from gym_failures.reporting.summary import REASON_CHARS, summarize
 from gym_failures.rows import is_not_persisted, is_rollout_row, normalized
 from tests.strategies import examples
 
@@ -581,6 +583,50 @@ _BODY = st.one_of(
         st.integers(0, 90),
     ),
     st.sampled_from(['{"failure_kind": "agent_run_error"}', ' \n{"failure_kind":"a:b"', '{"detail": 1}']),
+    # A body NeMo Gym's servers quoted on the way (`setup_exception_middleware`), whole or cut.
+    st.builds(
+        lambda kind, kind_type, layers, cut: _nested_body(kind, kind_type, layers)[:cut],
+        st.sampled_from(["provider_quota_exhausted", "model_server_error"]),
+        st.sampled_from(["rate_limit_error", "server_error", None]),
+        st.integers(1, 3),
+        st.integers(0, 600),
+    ),
+)
+
+
+def _nested_body(kind: str, error_type: str | None, layers: int) -> str:
+    error: dict[str, Any] = {"message": "m", "failure_kind": kind, "event_id": "e-1", "boundary": "model"}
+    if error_type is not None:
+        error = {"type": error_type, **error}
+    text = json.dumps({"error": error})
+    for _ in range(layers):
+        text = json.dumps(
+            f"Hit an exception in x calling an inner server: {text.encode()!r}", ensure_ascii=False
+        )
+    return text
+
+
+# A saved report as written: chains, a cycle, a cause it does not hold, an event saved as no object;
+# or no report at all (a value DuckDB reads as no map).
+_EVENT = st.one_of(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "failure_kind": st.sampled_from(
+                ["model_server_error", "provider_quota_exhausted", "agent_run_error"]
+            ),
+            "boundary": st.sampled_from(["model", "agent"]),
+            "stage": st.sampled_from(["agent", "verification"]),
+            "http_status": st.sampled_from([None, 429, 500, 99, 600, True, "503"]),
+            "cause_id": st.sampled_from([None, "e0", "e1", "e2", "gone", 7]),
+            "failure_reason": st.sampled_from(["", "quota; resets at 2026-07-01 00:00 UTC"]),
+        },
+    ),
+    st.sampled_from([None, 5]),
+)
+_EVENTS: st.SearchStrategy[Any] = st.one_of(
+    st.dictionaries(st.sampled_from(["e0", "e1", "e2"]), _EVENT, max_size=3),
+    st.sampled_from(["garbage", [], None]),
 )
 _FAILURE = st.one_of(
     _SCALAR,
@@ -628,55 +674,109 @@ _ROW = st.fixed_dictionaries(
         "_ng_failure_http_status": st.one_of(st.sampled_from([99, 100, 429, 599, 600]), _SCALAR),
         "_ng_no_persist": _FLAG,
         "_ng_dispatch_drained": _FLAG,
+        "_ng_failure_events": _EVENTS,
+        "_ng_failure_id": st.sampled_from([None, "e0", "e1", "gone"]),
     },
 )
 
 
+def _event_status(value: object) -> int | None:
+    """A failure event's status as the summary reads it (`TRY_CAST` of its JSON text to an integer)."""
+    return value if type(value) is int else None
+
+
+def _status(value: object) -> int | None:
+    return value if type(value) is int and 100 <= value <= 599 else None
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
+
+
+# Over 80 lines: one reading of every row, each count beside the rule it mirrors, in one place.
 def _python_counts(rows: list[dict[str, Any]], max_attempts: int) -> dict[str, Any]:
     """What the summary must say about `rows`, counted from `rows.normalized` in Python."""
     counts: Counter[str] = Counter()
     by_kind: Counter[str | None] = Counter()
+    tainted_kinds: Counter[str | None] = Counter()
     by_attempt: Counter[tuple[int, bool]] = Counter()
     by_stage: Counter[str | None] = Counter()
     by_status: Counter[int | None] = Counter()
+    by_boundary: Counter[str | None] = Counter()
+    roots: Counter[tuple[Any, ...]] = Counter()
+    statuses: Counter[tuple[int | None, int | None]] = Counter()
     reasons: Counter[tuple[str | None, str]] = Counter()
+    examples_seen: dict[tuple[str | None, str], str] = {}
     reported: Counter[str] = Counter()
     for raw in rows:
         row = normalized(raw, max_attempts)
         counts["rows"] += 1
+        events = row.get("_ng_failure_events")
+        named = row.get("_ng_failure_id")
+        event = events.get(named) if isinstance(events, dict) and isinstance(named, str) else None
+        fields: Mapping[str, Any] = event if isinstance(event, Mapping) else {}
+        root = row_root(row)
         if is_not_persisted(row):
             counts["not_persisted"] += 1
         elif "failure" in row:
             failure = row["failure"] if isinstance(row["failure"], Mapping) else {}
             kind, stage, reason = (failure.get(key) for key in ("failure_kind", "stage", "failure_reason"))
-            kind = kind if isinstance(kind, str) else None
-            status = row.get("_ng_failure_http_status")
+            kind = kind if isinstance(kind, str) else fields.get("failure_kind")
+            stage = stage if isinstance(stage, str) else fields.get("stage")
+            status = _event_status(fields.get("http_status"))
+            status = status if status is not None else _status(row.get("_ng_failure_http_status"))
             attempt = row.get("attempt")
             final = row.get("final") is True
+            boundary = fields.get("boundary") if event is not None else (root.boundary if root else None)
             counts["failures"] += 1
             counts["final"] += final
             by_kind[kind] += 1
             by_attempt[(attempt if type(attempt) is int else 1, final)] += 1
             by_stage[stage if isinstance(stage, str) else None] += 1
-            by_status[status if type(status) is int and 100 <= status <= 599 else None] += 1
+            by_status[status] += 1
+            by_boundary[boundary] += 1
+            own = (kind, boundary, status)
+            found = own if root is None else (root.failure_kind, root.boundary, root.http_status)
+            roots[(*found, kind, "failure")] += 1
+            statuses[(status, found[2])] += 1
             if isinstance(reason, str) and reason:
-                reasons[(kind, reason)] += 1
+                key = (kind, _cut(normalized_reason(reason)))
+                reasons[key] += 1
+                examples_seen[key] = min(examples_seen.get(key, _cut(reason)), _cut(reason))
             body = nemo_gym.reported_failure(row.get(nemo_gym.FAILURE_RESPONSE_BODY))
-            if body is not None:
+            event_kind = fields.get("failure_kind")
+            if event_kind is not None:
+                reported[event_kind] += 1
+            elif body is not None:
                 reported[body["failure_kind"]] += 1
         elif "result" in row:
             counts["successes"] += 1
             counts["masked"] += row.get("masked") is True
             counts["degraded"] += row.get("degraded") is True
+            if named is not None:
+                counts["tainted"] += 1
+                tainted_kinds[fields.get("failure_kind")] += 1
+                found = (
+                    (None, None, None)
+                    if root is None
+                    else (root.failure_kind, root.boundary, root.http_status)
+                )
+                roots[(*found, fields.get("failure_kind"), "tainted")] += 1
+            elif isinstance(events, dict):
+                counts["recovered"] += 1
         else:
             counts["other"] += 1
     return {
         "counts": +counts,
         "by_kind": +by_kind,
+        "tainted_kinds": +tainted_kinds,
         "by_attempt": +by_attempt,
         "by_stage": +by_stage,
         "by_status": +by_status,
-        "reasons": +reasons,
+        "by_boundary": +by_boundary,
+        "roots": +roots,
+        "statuses": +statuses,
+        "reasons": {key: (count, examples_seen[key]) for key, count in reasons.items()},
         "reported": +reported,
     }
 
@@ -691,19 +791,35 @@ def _sql_counts(path: Path, max_attempts: int) -> dict[str, Any]:
         successes=summary.success_rows,
         masked=summary.masked_success_rows,
         degraded=summary.degraded_success_rows,
+        recovered=summary.recovered_success_rows,
+        tainted=summary.tainted_success_rows,
         other=summary.other_rows,
     )
     by_attempt: Counter[tuple[int, bool]] = Counter()
     for item in summary.by_attempt:
         by_attempt[(item.attempt, True)] += item.final
         by_attempt[(item.attempt, False)] += item.count - item.final
+    roots: Counter[tuple[Any, ...]] = Counter()
+    for root in summary.by_root_kind:
+        key = (root.root_kind, root.root_boundary, root.root_http_status, root.kind)
+        roots[(*key, "failure")] += root.count
+        roots[(*key, "tainted")] += root.tainted
     return {
         "counts": +counts,
         "by_kind": +Counter({item.value: item.count for item in summary.by_kind}),
+        "tainted_kinds": +Counter({item.value: item.tainted for item in summary.by_kind}),
         "by_attempt": +by_attempt,
         "by_stage": +Counter({item.value: item.count for item in summary.by_stage}),
         "by_status": +Counter({item.value: item.count for item in summary.by_http_status}),
-        "reasons": +Counter({(item.kind, item.reason): item.count for item in summary.top_reasons}),
+        "by_boundary": +Counter({item.value: item.count for item in summary.by_boundary}),
+        "roots": +roots,
+        "statuses": +Counter(
+            {
+                (item.http_status, item.root_http_status): item.count
+                for item in summary.by_http_status_and_root
+            }
+        ),
+        "reasons": {(item.kind, item.reason): (item.count, item.example) for item in summary.top_reasons},
         "reported": +Counter({item.value: item.count for item in summary.by_reported_kind}),
     }
 

@@ -45,7 +45,7 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
     wire_contract.py                the JSON Schemas of the header, the stream field and the rows
     ray/                            failures through Ray, and collection spread over Ray workers
     gate/                           the acceptance gate over saved rows
-    reporting/                      summary (DuckDB), explain (cause trees), the HTML report
+    reporting/                      summary (DuckDB), explain (cause trees), the HTML report, root causes
     cli/                            the `gym-failures` command line (commands apart from rendering)
     telemetry/                      OpenTelemetry counters, span attributes and /metrics
     model_endpoint/                 an OpenAI- and Anthropic-compatible endpoint that fails on request

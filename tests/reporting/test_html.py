@@ -93,7 +93,7 @@ def test_the_report_holds_the_longest_cause_tree_with_its_1_based_line(report: s
 def test_the_report_is_a_phone_page_with_scalable_charts(report: str) -> None:
     assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in report
     charts = re.findall(r"<svg [^>]*>", report)
-    assert len(charts) == 3
+    assert len(charts) == 4  # by class, kind and root cause, and over attempts
     for chart in charts:
         assert "viewBox=" in chart
         assert not re.search(r'\swidth="', chart)

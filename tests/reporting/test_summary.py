@@ -119,16 +119,18 @@ def test_the_most_common_reasons_come_first_with_their_counts(tmp_path: Path) ->
         failure_row(context_limit(), "9:0")
     ]
     reasons = _summary(tmp_path, rows).top_reasons
-    assert [(reason.kind, reason.reason, reason.count) for reason in reasons] == [
-        ("environment_episode_failed", "sandbox killed", 3),
-        ("model_context_limit", "conversation outgrew 32768 tokens", 1),
+    assert [(reason.kind, reason.reason, reason.count, reason.example) for reason in reasons] == [
+        ("environment_episode_failed", "sandbox killed", 3, "sandbox killed"),
+        ("model_context_limit", "conversation outgrew <n> tokens", 1, "conversation outgrew 32768 tokens"),
     ]
 
 
 def test_at_most_ten_reasons_are_kept(tmp_path: Path) -> None:
     rows = [
         failure_row(
-            AgentFailure(failure_kind="agent_run_error", failure_reason=f"reason {index}"), f"{index}:0"
+            # Words apart: a reason that differs only by a number is one reason (`normalized_reason`).
+            AgentFailure(failure_kind="agent_run_error", failure_reason=f"reason {'x' * index}"),
+            f"{index}:0",
         )
         for index in range(15)
     ]
@@ -248,9 +250,9 @@ def test_progress_is_reported_and_ends_at_100(tmp_path: Path) -> None:
 # --- The HTML report ---------------------------------------------------------------------------
 
 
-def test_the_html_report_has_three_inline_charts_and_no_script_or_network(mixed: Summary) -> None:
+def test_the_html_report_has_four_inline_charts_and_no_script_or_network(mixed: Summary) -> None:
     page = render_html(mixed)
-    assert page.count("<svg") == 3
+    assert page.count("<svg") == 4  # by class, kind and root cause, and over attempts
     assert "<script" not in page
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "https://" not in page
@@ -259,7 +261,7 @@ def test_the_html_report_has_three_inline_charts_and_no_script_or_network(mixed:
 def test_the_html_charts_are_well_formed_svg(mixed: Summary) -> None:
     page = render_html(mixed)
     start = 0
-    for _ in range(3):
+    for _ in range(4):
         start = page.index("<svg", start)
         end = page.index("</svg>", start) + len("</svg>")
         ElementTree.fromstring(page[start:end])

@@ -1,5 +1,5 @@
-"""`gym-failures summarize`: failures by class, kind, boundary, stage and attempt, as tables, one
-JSON document (`--json`) or a self-contained HTML report (`--html FILE`).
+"""`gym-failures summarize`: failures by class, kind, root cause, boundary, stage, status and attempt,
+as tables, one JSON document (`--json`) or a self-contained HTML report (`--html FILE`).
 
 Input that names no file, or whose files hold no rollout row, is an error (exit status 2), never an
 empty table with exit status 0; lines that are no rollout rows are counted in one warning.
@@ -32,9 +32,9 @@ def add_summarize(commands: Subcommands) -> None:
         "summarize",
         _run_summarize,
         counts_skipped_lines=True,
-        help="failures by class, kind, boundary, stage and attempt",
-        description="Failures by class, kind, boundary, stage and attempt; the most common reasons; "
-        "quota resets. Needs the cli extra (duckdb, rich).",
+        help="failures by class, kind, root cause, boundary, stage and attempt",
+        description="Failures by class, kind, root cause, boundary, stage, HTTP status and attempt; the "
+        "most common reasons; quota resets. Needs the cli extra (duckdb, rich).",
         extra="cli",
     )
     add_paths_argument(parser)

@@ -2,9 +2,11 @@
 
 The page holds the totals; the gate's verdict with its coverage (when given a `GateVerdict`); the
 failed attempt with the longest cause chain, as a nested list (when given its `RowExplanation`);
-charts of the failure share by class, by kind (coloured by the kind's class) and of failures over
-attempt number (stacked by class); and the tables by kind, boundary, stage and HTTP status, and of
-the most common reasons and quota resets.
+charts of the failure share by class, by kind and by root cause (each coloured by its class) and of
+failures over attempt number (stacked by class); and the tables by kind, the kind the failed call
+reported, root cause, boundary, stage and HTTP status (with the root's status), and of the most
+common reasons (normalized, with one real example) and quota resets, as `gym-failures summarize`
+prints them.
 
 Decisions:
 
@@ -14,12 +16,14 @@ Decisions:
   inside their own box, never the page (checked in headless Chromium at 375 and 1400 px).
 - A chart or a grouping with nothing to show (no failure rows; every value `(none)`, such as the
   HTTP status of runs whose failures had none) is left out, with one line saying why, rather than
-  drawn empty.
+  drawn empty. The root-cause chart is drawn when a root differs from its failure's own kind (else
+  it would repeat the kind chart); a table's column every row leaves empty is left out.
 - Every text from the rows is escaped, so a hostile reason cannot inject markup.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from html import escape
 from typing import TYPE_CHECKING
@@ -29,7 +33,7 @@ from gym_failures.failure_kinds import reporting_failure_kind
 if TYPE_CHECKING:  # only annotations need them: rendering a summary does not load duckdb
     from gym_failures.gate import GateVerdict
     from gym_failures.reporting.explain import EventNode, RowExplanation
-    from gym_failures.reporting.summary import GroupCount, Summary
+    from gym_failures.reporting.summary import GroupCount, KindCount, Summary
 
 __all__ = ["render_html"]
 
@@ -145,6 +149,10 @@ def _legend() -> str:
     )
 
 
+class _Html(str):
+    """A table cell already written as HTML (its text from the rows escaped)."""
+
+
 def _table(
     header: Sequence[str],
     rows: Sequence[Sequence[object]],
@@ -158,7 +166,9 @@ def _table(
     body = "".join(
         ('<tr class="sub">' if number in sub else "<tr>")
         + "".join(
-            f'<td class="n">{escape(str(cell))}</td>' if index in numeric else f"<td>{_breakable(cell)}</td>"
+            f'<td class="n">{escape(str(cell))}</td>'
+            if index in numeric
+            else f"<td>{cell if isinstance(cell, _Html) else _breakable(cell)}</td>"
             for index, cell in enumerate(row)
         )
         + "</tr>"
@@ -308,6 +318,39 @@ def _cause_tree_section(explanation: RowExplanation) -> str:
     )
 
 
+def _kind_bars(
+    kinds: Sequence[tuple[object, int, float, str]], noun: str
+) -> list[tuple[str, int, float, str]]:
+    """Bars of (kind, failure rows, share, class): the first `_MAX_KIND_BARS`, the rest as "other"."""
+    bars = [
+        (_label(kind), count, share, _CLASS_COLOURS.get(failure_class, "#9d9d9d"))
+        for kind, count, share, failure_class in kinds[:_MAX_KIND_BARS]
+    ]
+    if len(kinds) > _MAX_KIND_BARS:
+        rest = kinds[_MAX_KIND_BARS:]
+        count, share = sum(item[1] for item in rest), sum(item[2] for item in rest)
+        bars.append((f"other ({len(rest)} {noun})", count, share, "#c7c7c7"))
+    return bars
+
+
+def _root_kinds(summary: Summary) -> list[tuple[object, int, float, str]]:
+    """Failure rows by root kind alone (boundary, status and the failure's kind summed), largest first,
+    each with its most rows' class."""
+    totals: dict[str | None, list[float]] = {}
+    classes: dict[str | None, Counter[str]] = {}
+    for root in summary.by_root_kind:
+        if root.count:
+            total = totals.setdefault(root.root_kind, [0, 0.0])
+            total[0] += root.count
+            total[1] += root.share
+            classes.setdefault(root.root_kind, Counter())[root.failure_class] += root.count
+    ordered = sorted(totals.items(), key=lambda item: (-item[1][0], item[0] is None, str(item[0])))
+    return [
+        (kind, int(count), round(share, 6), classes[kind].most_common(1)[0][0])
+        for kind, (count, share) in ordered
+    ]
+
+
 def _charts(summary: Summary) -> list[str]:
     from gym_failures.reporting.summary import nothing_to_show  # loaded: `summary` is one
 
@@ -320,20 +363,101 @@ def _charts(summary: Summary) -> list[str]:
             for group in summary.by_class
         ]
         sections += ["<h2>Failure share by class</h2>", _hbar_chart(bars)]
-    kinds = summary.by_kind
+    kinds = [kind for kind in summary.by_kind if kind.count]
     if not nothing_to_show(kinds):
-        kind_bars = [
-            (_label(kind.value), kind.count, kind.share, _CLASS_COLOURS.get(kind.failure_class, "#9d9d9d"))
-            for kind in kinds[:_MAX_KIND_BARS]
+        rows = [(kind.value, kind.count, kind.share, kind.failure_class) for kind in kinds]
+        sections += ["<h2>Failure share by kind</h2>", _legend(), _hbar_chart(_kind_bars(rows, "kinds"))]
+    if any(root.count and root.root_kind != root.kind for root in summary.by_root_kind):
+        sections += [
+            "<h2>Failure share by root cause</h2>",
+            '<p class="dim">The deepest failure each failed attempt\'s cause chain reaches.</p>',
+            _legend(),
+            _hbar_chart(_kind_bars(_root_kinds(summary), "root kinds")),
         ]
-        if len(kinds) > _MAX_KIND_BARS:
-            rest = kinds[_MAX_KIND_BARS:]
-            count, share = sum(kind.count for kind in rest), sum(kind.share for kind in rest)
-            kind_bars.append((f"other ({len(rest)} kinds)", count, share, "#c7c7c7"))
-        sections += ["<h2>Failure share by kind</h2>", _legend(), _hbar_chart(kind_bars)]
     if summary.by_attempt:
         sections += ["<h2>Failures over attempt number</h2>", _legend(), _attempt_chart(summary)]
     return sections
+
+
+def _kinds_table(kinds: Sequence[KindCount], tainted: bool) -> str:
+    header = ("kind", "class", "failure rows", "final", "share", *(("tainted",) if tainted else ()))
+    rows = [
+        (
+            _label(kind.value),
+            kind.failure_class,
+            kind.count,
+            kind.final,
+            _percent(kind.share),
+            *((kind.tainted,) if tainted else ()),
+        )
+        for kind in kinds
+    ]
+    return "<h2>By kind</h2>" + _table(header, rows, frozenset({2, 3, 4, 5}))
+
+
+def _roots_table(summary: Summary) -> str:
+    """As the terminal's: the root's kind, class, boundary and status beside the failure's kind."""
+    roots = summary.by_root_kind
+    boundary = any(root.root_boundary is not None for root in roots)
+    status = any(root.root_http_status is not None for root in roots)
+    tainted = bool(summary.tainted_success_rows)
+    header = [
+        "root kind",
+        "class",
+        *(("boundary",) if boundary else ()),
+        *(("HTTP status",) if status else ()),
+        "the failure's kind",
+        "failure rows",
+        "final",
+        "share",
+        *(("tainted",) if tainted else ()),
+    ]
+    rows = [
+        (
+            _label(root.root_kind),
+            root.failure_class,
+            *((_label(root.root_boundary),) if boundary else ()),
+            *((_label(root.root_http_status),) if status else ()),
+            _label(root.kind),
+            root.count,
+            root.final,
+            _percent(root.share),
+            *((root.tainted,) if tainted else ()),
+        )
+        for root in roots
+    ]
+    first_count = header.index("failure rows")
+    return "<h2>By root cause</h2>" + _table(header, rows, frozenset(range(first_count, len(header))))
+
+
+def _statuses_table(summary: Summary) -> str:
+    statuses = summary.by_http_status_and_root
+    if all(item.http_status is None and item.root_http_status is None for item in statuses):
+        return "<h2>By HTTP status</h2><p>No failure row names its HTTP status.</p>"
+    rows = [
+        (
+            _label(item.http_status),
+            _label(item.root_http_status),
+            item.count,
+            item.final,
+            _percent(item.share),
+        )
+        for item in statuses
+    ]
+    header = ("HTTP status", "root's HTTP status", "failure rows", "final", "share")
+    return "<h2>By HTTP status</h2>" + _table(header, rows, frozenset({2, 3, 4}))
+
+
+def _reasons_table(summary: Summary) -> str:
+    if not summary.top_reasons:
+        return "<h2>Most common reasons</h2>\n<p>No failure row gives a reason.</p>"
+    rows = []
+    for reason in summary.top_reasons:
+        shown = _breakable(reason.reason)
+        if reason.example is not None and reason.example != reason.reason:
+            shown += f'<span class="reason dim">e.g. {escape(reason.example)}</span>'
+        rows.append((reason.count, _label(reason.kind), _Html(shown)))
+    return "<h2>Most common reasons</h2>\n" + _table(("count", "kind", "reason"), rows, frozenset({0}))
 
 
 def render_html(
@@ -349,6 +473,7 @@ def render_html(
         ("rows", summary.rows),
         ("success rows", summary.success_rows),
         ("of which recovered from failures", summary.recovered_success_rows),
+        ("of which tainted: built on a call that ended in failure", summary.tainted_success_rows),
         ("of which masked (mask_sample)", summary.masked_success_rows),
         ("of which degraded (a failure kind named, not masked)", summary.degraded_success_rows),
         ("failure rows (failed attempts)", summary.failure_rows),
@@ -361,11 +486,10 @@ def render_html(
             ("rollouts in the materialized inputs", summary.expected_rollouts),
             ("of which left no row", summary.missing_rollouts or 0),
         ]
-    kinds = summary.by_kind
     sections = [
         f"<h1>{escape(title)}</h1>",
         "<p>Files: " + ", ".join(f"<code>{escape(name)}</code>" for name in summary.files) + "</p>",
-        _table(("", "count"), totals, frozenset({1}), sub=frozenset({2, 3, 4, 6, 10})),
+        _table(("", "count"), totals, frozenset({1}), sub=frozenset({2, 3, 4, 5, 7, 11})),
     ]
     if verdict is not None:
         sections.append(_verdict_section(verdict))
@@ -374,31 +498,17 @@ def render_html(
     sections += _charts(summary)
     if summary.failure_rows:
         sections += [
-            "<h2>By kind</h2>",
-            _table(
-                ("kind", "class", "failure rows", "final", "share"),
-                [
-                    (_label(kind.value), kind.failure_class, kind.count, kind.final, _percent(kind.share))
-                    for kind in kinds
-                ],
-                frozenset({2, 3, 4}),
-            ),
+            _kinds_table(summary.by_kind, bool(summary.tainted_success_rows)),
             *(
-                [_group_table("kind the reply's body names", summary.by_reported_kind)]
+                [_group_table("kind the failed call reported", summary.by_reported_kind)]
                 if summary.by_reported_kind
                 else []
             ),
+            *([_roots_table(summary)] if summary.by_root_kind else []),
             _group_table("boundary", summary.by_boundary),
             _group_table("stage", summary.by_stage),
-            _group_table("HTTP status", summary.by_http_status),
-            "<h2>Most common reasons</h2>",
-            _table(
-                ("count", "kind", "reason"),
-                [(reason.count, _label(reason.kind), reason.reason) for reason in summary.top_reasons],
-                frozenset({0}),
-            )
-            if summary.top_reasons
-            else "<p>No failure row gives a reason.</p>",
+            _statuses_table(summary),
+            _reasons_table(summary),
         ]
     if summary.quota_resets:
         sections += [
