@@ -127,7 +127,7 @@ def test_summarize_writes_a_self_contained_html_report(run_dir: Path, tmp_path: 
     report = tmp_path / "report.html"
     _invoke("summarize", run_dir / "out.jsonl", run_dir / "out_failures.jsonl", "--html", report)
     page = report.read_text()
-    assert page.count("<svg") == 3
+    assert page.count("<svg") == 4  # by class, kind and root cause, and over attempts
     assert "judge_failed" in page
 
 
@@ -771,3 +771,19 @@ def test_explain_and_the_html_read_a_plain_503s_kind_by_its_status(tmp_path: Pat
     page = tmp_path / "report.html"
     _invoke("summarize", path, "--html", page)
     assert "(read as model_server_error)" in page.read_text()
+
+
+def test_demo_collects_prompt_groups_and_the_gate_counts_them(tmp_path: Path) -> None:
+    """`demo --num-repeats R`: each task R times (NeMo Gym's `num_repeats`), and the demo's gate
+    counts the groups that keep at least half their members valid (docs/trainers.md)."""
+    out = tmp_path / "runs"
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({}))  # no fault: every member valid
+    result = _invoke("demo", "--out", out, "--rollouts", "3", "--num-repeats", "4", "--fault-plan", plan)
+    assert result.exit_code == 0, result.stderr
+    assert "complete (at least 2 valid)" in result.stdout
+    (run_dir,) = out.iterdir()
+    assert json.loads((run_dir / "rollouts.manifest.json").read_text())["num_repeats"] == 4
+    gate = _invoke("gate", run_dir, "--min-valid-per-group", "4", "--json")
+    groups = json.loads(gate.stdout)["coverage"]["groups"]
+    assert (groups["groups"], groups["complete"], groups["sizes"]) == (3, 3, {"4": 3})

@@ -159,6 +159,7 @@ def test_a_timeout_the_sdk_retried_leaves_a_trace(endpoint: str) -> None:
     the call, which the retry then settled. The reply is held 60 s; the client waits 1 s."""
     queue(endpoint, "slow", params={"delay": 60})
     sent = Sent()
+    # speed-ok: the first reply is held 60 s against the client's 1 s: it cannot come in time.
     with client(endpoint, sent, retries=1, timeout=1.0) as sdk, RequestFailureLog.capture() as log:
         sdk.responses.create(model="m", input="hello")
     kinds = [event.failure_kind for event in log.report.events.values()]

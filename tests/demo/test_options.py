@@ -30,6 +30,7 @@ def test_the_defaults_are_a_scripted_run_of_the_packaged_plan() -> None:
     assert options.model_dump() == {
         "out_dir": Path("runs"),
         "rollouts": 200,
+        "num_repeats": 1,
         "concurrency": 16,
         "fault_plan": None,
         "seed": 0,

@@ -433,8 +433,11 @@ def test_a_share_at_its_bounds_is_accepted_as_a_float(bound: float) -> None:
         "max_evaluation_share": float(bound),
         "max_unknown_share": float(bound),
         "max_missing": 0,
+        "max_short_groups": 0,
+        "max_short_group_share": None,
     }
     assert all(type(value) is float for value in list(thresholds.as_dict().values())[:3])
+    assert GateThresholds(max_short_group_share=int(bound)).max_short_group_share == float(bound)
 
 
 def test_evaluation_share_counts_failed_and_gate_derived_outcomes() -> None:

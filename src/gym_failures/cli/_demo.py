@@ -52,7 +52,21 @@ def add_demo(commands: Subcommands) -> None:
 def add_demo_options(parser: argparse.ArgumentParser) -> None:
     """The demo's options, on `parser`: the one definition of them."""
     parser.add_argument("--out", type=Path, default=Path("runs"), help="parent of the run directory (runs)")
-    parser.add_argument("--rollouts", type=at_least(1), default=200, metavar="N", help="rollouts (200)")
+    parser.add_argument(
+        "--rollouts",
+        type=at_least(1),
+        default=200,
+        metavar="N",
+        help="tasks, each collected --num-repeats times (200)",
+    )
+    parser.add_argument(
+        "--num-repeats",
+        type=at_least(1),
+        default=1,
+        metavar="R",
+        help="rollouts of each task, a prompt group (1); with R > 1 the gate also counts the groups "
+        "that keep at least half their members valid",
+    )
     parser.add_argument("--concurrency", type=at_least(1), default=16, metavar="N", help="in flight (16)")
     parser.add_argument(
         "--fault-plan", type=Path, metavar="FILE", help="a fault plan JSON (the packaged one)"
@@ -96,6 +110,7 @@ def _run_demo(arguments: argparse.Namespace) -> int:
             run_dir = run_demo(
                 arguments.out,
                 rollouts=arguments.rollouts,
+                num_repeats=arguments.num_repeats,
                 concurrency=arguments.concurrency,
                 fault_plan=arguments.fault_plan,
                 seed=arguments.seed,
@@ -110,11 +125,11 @@ def _run_demo(arguments: argparse.Namespace) -> int:
             return EXIT_INTERRUPTED
         except DemoOptionsError as error:  # a refused option (a model URL with secrets); never echoes them
             raise CommandError(str(error)) from None
-    _show_demo(run_dir, arguments.rollouts)
+    _show_demo(run_dir, arguments.rollouts, arguments.num_repeats)
     return EXIT_OK
 
 
-def _show_demo(run_dir: Path, rollouts: int) -> None:
+def _show_demo(run_dir: Path, rollouts: int, num_repeats: int = 1) -> None:
     from gym_failures import gate as acceptance
     from gym_failures.cli._console import print_rule, print_tree, stdout_line
     from gym_failures.cli._tables import print_summary, print_verdict
@@ -125,7 +140,12 @@ def _show_demo(run_dir: Path, rollouts: int) -> None:
 
     files = [run_dir / "rollouts.jsonl", run_dir / "rollouts_failures.jsonl"]
     summary = summarize(files)
-    verdict = acceptance.check(acceptance.read_coverage(files, rollouts), acceptance.GateThresholds())
+    # With prompt groups, the groups that keep at least half their members valid (docs/trainers.md).
+    groups = (num_repeats + 1) // 2 if num_repeats > 1 else None
+    # The groups' members are read from the run's materialized inputs (the expected count with them).
+    expected = None if groups is not None else rollouts
+    coverage = acceptance.read_coverage(files, expected, min_valid_per_group=groups)
+    verdict = acceptance.check(coverage, acceptance.GateThresholds())
     explanation = longest_chain(files[1:])
     report = run_dir / "report.html"
     report.write_text(render_html(summary, verdict=verdict, explanation=explanation), encoding="utf-8")

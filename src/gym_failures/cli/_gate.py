@@ -29,6 +29,8 @@ GATE_DEFAULTS = {
     "max_evaluation_share": 0.02,
     "max_unknown_share": 0.0,
     "max_missing": 0,
+    "max_short_groups": 0,
+    "max_short_group_share": None,
 }
 """`GateThresholds()`'s defaults, shown in `gate --help` without importing the gate (a test keeps
 them equal)."""
@@ -72,6 +74,21 @@ def add_gate(commands: Subcommands) -> None:
         help=f"most expected rollouts without a final outcome (default {GATE_DEFAULTS['max_missing']})",
     )
     parser.add_argument(
+        "--min-valid-per-group",
+        type=at_least(1),
+        metavar="K",
+        help="count the prompt groups (the rollouts of one task): a group with fewer than K valid "
+        "members (scored, clean) is short; the run fails when short groups exceed --max-short-groups",
+    )
+    parser.add_argument(
+        "--max-short-groups",
+        dest="short_groups_limit",
+        type=count_or_share,
+        metavar="N|SHARE",
+        help="most groups short of --min-valid-per-group: a count (3) or a share of the groups "
+        "(0.05, 5%%); default 0",
+    )
+    parser.add_argument(
         "--score-tainted",
         action="store_true",
         help="judge a tainted result (a success built on a call that ended in failure: a cut stream "
@@ -84,9 +101,18 @@ def _run_gate(arguments: argparse.Namespace) -> int:
     from gym_failures import gate as acceptance
 
     files = row_inputs(arguments.paths)
-    given = {name: getattr(arguments, name) for name in GATE_DEFAULTS if getattr(arguments, name) is not None}
+    given = {
+        name: getattr(arguments, name) for name in GATE_DEFAULTS if getattr(arguments, name, None) is not None
+    }
+    if arguments.short_groups_limit is not None:
+        given.update(arguments.short_groups_limit)
     thresholds = acceptance.GateThresholds(**given) if given else None  # None: the defaults
-    coverage = acceptance.read_coverage(files, arguments.expected, score_tainted=arguments.score_tainted)
+    coverage = acceptance.read_coverage(
+        files,
+        arguments.expected,
+        score_tainted=arguments.score_tainted,
+        min_valid_per_group=arguments.min_valid_per_group,
+    )
     if coverage.seen == 0:
         names = ", ".join(str(path) for path in files)
         if coverage.expected_source == "rows_seen":
@@ -104,3 +130,24 @@ def _run_gate(arguments: argparse.Namespace) -> int:
 
         print_verdict(verdict)
     return EXIT_OK if verdict.passed else EXIT_FAILED
+
+
+def count_or_share(text: str) -> dict[str, int | float]:
+    """`--max-short-groups`: a whole number is a count of groups; a number with a point, or a
+    percentage, is a share of the groups."""
+    value = text.strip()
+    try:
+        if value.endswith("%"):
+            share = float(value[:-1]) / 100
+        elif "." in value:
+            share = float(value)
+        else:
+            count = int(value)
+            if count < 0:
+                raise ValueError(value)
+            return {"max_short_groups": count}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count or a share of groups: {text!r}") from None
+    if not 0.0 <= share <= 1.0:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"a share of groups is from 0 to 1 (0% to 100%), not {text!r}")
+    return {"max_short_group_share": share}

@@ -2,7 +2,9 @@
 verdict (`print_verdict`, drawing the coverage table `gym_failures.gate.coverage_rows` computes for
 the HTML report too) and a collection's figures (`print_collection`).
 
-Every value from the rows reaches rich as a cleaned `Text` (`gym_failures.cli._console.cell`).
+Every value from the rows reaches rich as a cleaned `Text` (`gym_failures.cli._console.cell`). A
+column with nothing to show (no root names a boundary, no row is tainted) is left out, as a grouping
+with nothing to show is.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from gym_failures.failure_kinds import FailureClass
 
 if TYPE_CHECKING:  # annotations only: printing a verdict never loads duckdb
     from gym_failures.gate import GateVerdict
-    from gym_failures.reporting.summary import GroupCount, Summary
+    from gym_failures.reporting.summary import GroupCount, KindCount, Summary
 
 __all__ = ["print_collection", "print_summary", "print_verdict"]
 
@@ -51,11 +53,13 @@ def _print_totals(console: Console, summary: Summary) -> None:
     console.print(
         Text(
             f"{plural(summary.rows, 'row')}: {plural(summary.success_rows, 'success row')} "
-            f"({summary.recovered_success_rows} recovered from failures, {summary.masked_success_rows} "
-            f"masked, {summary.degraded_success_rows} degraded), "
+            f"({summary.recovered_success_rows} recovered from failures, "
+            f"{summary.tainted_success_rows} tainted: built on a call that ended in failure, "
+            f"{summary.masked_success_rows} masked, {summary.degraded_success_rows} degraded), "
             f"{plural(summary.failure_rows, 'failure row')} ({summary.final_failure_rows} final), "
             f"{plural(summary.other_rows, 'other line')}"
-        )
+        ),
+        soft_wrap=True,  # one line, as long as it is: scripts and tests read it whole
     )
     if summary.expected_rollouts is not None:
         sources = ", ".join([*summary.materialized_inputs, *summary.manifests])
@@ -71,8 +75,94 @@ def _print_totals(console: Console, summary: Summary) -> None:
         )
 
 
+def _kinds_table(kinds: Sequence[KindCount], tainted: bool) -> Table:
+    table = Table(title="Failures by kind", title_justify="left")
+    table.add_column("kind", overflow="fold")
+    table.add_column("class")
+    for name in ("failure rows", "final", "share", *(("tainted",) if tainted else ())):
+        table.add_column(name, justify="right")
+    for kind in kinds:
+        table.add_row(
+            cell(kind.value),
+            cell(kind.failure_class, style=_CLASS_STYLES.get(kind.failure_class, "")),
+            str(kind.count),
+            str(kind.final),
+            f"{kind.share:.1%}",
+            *((str(kind.tainted),) if tainted else ()),
+        )
+    return table
+
+
+def _roots_table(summary: Summary) -> Table:
+    """Failures by root cause: the root's kind, class, boundary and status beside the failure's own
+    kind (columns every root leaves empty, and the tainted column of a run with none, left out)."""
+    roots = summary.by_root_kind
+    boundary = any(root.root_boundary is not None for root in roots)
+    status = any(root.root_http_status is not None for root in roots)
+    tainted = bool(summary.tainted_success_rows)
+    table = Table(title="Failures by root cause", title_justify="left")
+    table.add_column("root kind", overflow="fold")
+    table.add_column("class")
+    if boundary:
+        table.add_column("boundary")
+    if status:
+        table.add_column("HTTP status", justify="right")
+    table.add_column("the failure's kind", overflow="fold")
+    for name in ("failure rows", "final", "share", *(("tainted",) if tainted else ())):
+        table.add_column(name, justify="right")
+    for root in roots:
+        table.add_row(
+            cell(root.root_kind),
+            cell(root.failure_class, style=_CLASS_STYLES.get(root.failure_class, "")),
+            *((cell(root.root_boundary),) if boundary else ()),
+            *((cell(root.root_http_status),) if status else ()),
+            cell(root.kind),
+            str(root.count),
+            str(root.final),
+            f"{root.share:.1%}",
+            *((str(root.tainted),) if tainted else ()),
+        )
+    return table
+
+
+def _statuses_table(summary: Summary) -> Table | Text:
+    """Failures by HTTP status, the root cause's status beside the reply's."""
+    statuses = summary.by_http_status_and_root
+    if all(item.http_status is None and item.root_http_status is None for item in statuses):
+        return Text("Failures by HTTP status: no failure row names its HTTP status.")
+    table = Table(title="Failures by HTTP status", title_justify="left")
+    for name in ("HTTP status", "root's HTTP status", "failure rows", "final", "share"):
+        table.add_column(name, justify="right")
+    for item in statuses:
+        table.add_row(
+            cell(item.http_status),
+            cell(item.root_http_status),
+            str(item.count),
+            str(item.final),
+            f"{item.share:.1%}",
+        )
+    return table
+
+
+def _reasons_table(summary: Summary) -> Table | Text:
+    """The most common reasons, normalized; under each, one real example where it differs."""
+    if not summary.top_reasons:
+        return Text("No failure row gives a reason.")
+    reasons = Table(title="Most common reasons", title_justify="left")
+    reasons.add_column("count", justify="right")
+    reasons.add_column("kind")
+    reasons.add_column("reason", overflow="fold")
+    for reason in summary.top_reasons:
+        shown = cell(reason.reason)
+        if reason.example is not None and reason.example != reason.reason:
+            shown.append_text(Text("\ne.g. ", style="dim")).append_text(cell(reason.example, style="dim"))
+        reasons.add_row(str(reason.count), cell(reason.kind), shown)
+    return reasons
+
+
 def print_summary(summary: Summary) -> None:
-    """`summary` as tables: the totals, then failures by class, kind, boundary, stage, status and attempt."""
+    """`summary` as tables: the totals, then failures by class, kind, root cause, boundary, stage,
+    status and attempt, the most common reasons and the quota resets."""
     console = stdout()
     _print_totals(console, summary)
     for torn in summary.torn_tails:
@@ -81,12 +171,9 @@ def print_summary(summary: Summary) -> None:
         console.print(Text("No failure rows: nothing to group."))
         return
     classes = Table(title="Failures by class", title_justify="left")
-    kinds = Table(title="Failures by kind", title_justify="left")
-    kinds.add_column("kind", overflow="fold")
-    for table in (classes, kinds):
-        table.add_column("class")
-        for name in ("failure rows", "final", "share"):
-            table.add_column(name, justify="right")
+    classes.add_column("class")
+    for name in ("failure rows", "final", "share"):
+        classes.add_column(name, justify="right")
     for group in summary.by_class:
         name = _clean(group.value)
         classes.add_row(
@@ -95,23 +182,14 @@ def print_summary(summary: Summary) -> None:
             str(group.final),
             f"{group.share:.1%}",
         )
-    for kind in summary.by_kind:
-        kinds.add_row(
-            cell(kind.value),
-            cell(kind.failure_class, style=_CLASS_STYLES.get(kind.failure_class, "")),
-            str(kind.count),
-            str(kind.final),
-            f"{kind.share:.1%}",
-        )
-    console.print(classes, kinds)
+    console.print(classes, _kinds_table(summary.by_kind, bool(summary.tainted_success_rows)))
     if summary.by_reported_kind:
-        console.print(_group_table("kind the reply's body names", summary.by_reported_kind))
-    for title, groups in (
-        ("boundary", summary.by_boundary),
-        ("stage", summary.by_stage),
-        ("HTTP status", summary.by_http_status),
-    ):
+        console.print(_group_table("kind the failed call reported", summary.by_reported_kind))
+    if summary.by_root_kind:
+        console.print(_roots_table(summary))
+    for title, groups in (("boundary", summary.by_boundary), ("stage", summary.by_stage)):
         console.print(_group_table(title, groups))
+    console.print(_statuses_table(summary))
     attempts = Table(title="Failures by attempt", title_justify="left")
     attempts.add_column("attempt", justify="right")
     for name in ("failure rows", "final", *(cls.value for cls in FailureClass)):
@@ -123,13 +201,7 @@ def print_summary(summary: Summary) -> None:
             str(item.final),
             *(str(item.by_class.get(cls.value, 0)) for cls in FailureClass),
         )
-    reasons = Table(title="Most common reasons", title_justify="left")
-    reasons.add_column("count", justify="right")
-    reasons.add_column("kind")
-    reasons.add_column("reason", overflow="fold")
-    for reason in summary.top_reasons:
-        reasons.add_row(str(reason.count), cell(reason.kind), cell(reason.reason))
-    console.print(attempts, reasons if summary.top_reasons else Text("No failure row gives a reason."))
+    console.print(attempts, _reasons_table(summary))
     if summary.quota_resets:
         resets = Table(title="Quota reset times", title_justify="left")
         resets.add_column("resets at")
@@ -174,6 +246,18 @@ def print_verdict(verdict: GateVerdict) -> None:
         for kind, rollouts in kinds:
             by_kind.add_row(cell(kind), str(rollouts))
         console.print(by_kind)
+    if coverage.groups is not None:
+        from gym_failures.gate import group_cells
+
+        groups = Table(title="Groups", title_justify="left")
+        groups.add_column("")
+        groups.add_column("count", justify="right")
+        for label, count in group_cells(coverage.groups):
+            groups.add_row(cell(label), count)
+        console.print(groups)
+        if coverage.groups.short_groups:
+            tasks = ", ".join(coverage.groups.short_groups)
+            console.print(cell(f"short groups (tasks): {tasks}", style="dim"))
     console.print(Text(coverage_note(coverage), style="dim"))
     console.print(Text(coverage.line, style="bold"))
     if verdict.passed:
@@ -190,8 +274,9 @@ def print_verdict(verdict: GateVerdict) -> None:
 # The figures whose key alone would mislead: "dispatch errors 0" beside attempts that were all refused.
 _COLLECTION_LABELS = {
     "dispatch_errors": "collector faults (collection_dispatch_failed)",
-    "succeeded": "succeeded (scored, masked or gate-derived)",
+    "succeeded": "succeeded (scored, masked, tainted or gate-derived)",
     "of_which_degraded": "  of which degraded",
+    "tainted": "tainted (built on a failed call)",
     "gate_derived": "gate-derived",
 }
 

@@ -75,6 +75,7 @@ class DemoOptions(BaseModel):
     FLAGS: ClassVar[dict[str, str]] = {
         "out_dir": "--out",
         "rollouts": "--rollouts",
+        "num_repeats": "--num-repeats",
         "concurrency": "--concurrency",
         "fault_plan": "--fault-plan",
         "seed": "--seed",
@@ -88,7 +89,9 @@ class DemoOptions(BaseModel):
     out_dir: Path = Path("runs")
     """The parent of the run directory (`<out_dir>/<UTC timestamp>/`)."""
     rollouts: int = Field(default=200, ge=1)
-    """Arithmetic tasks to collect, one rollout each."""
+    """Arithmetic tasks to collect, `num_repeats` rollouts each."""
+    num_repeats: int = Field(default=1, ge=1, le=1000)
+    """Rollouts of each task (NeMo Gym's `num_repeats`): a prompt group of that many members."""
     concurrency: int = Field(default=16, ge=1)
     """Rollouts in flight at once."""
     fault_plan: Path | None = None

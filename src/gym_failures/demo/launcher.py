@@ -2,7 +2,7 @@
 
 `run_demo` writes everything under `out_dir/<UTC timestamp>/`:
 
-- `tasks.jsonl`: the arithmetic tasks (one rollout each: `num_repeats` is 1);
+- `tasks.jsonl`: the arithmetic tasks (each collected `num_repeats` times, 1 by default);
 - `rollouts.jsonl`, `rollouts_failures.jsonl`, `rollouts.manifest.json`: the collector's rows and manifest
   (`gym_failures.collection`);
 - `injected_faults.jsonl`: every fault a server injected, the ground truth to compare the rows with;
@@ -93,6 +93,7 @@ def run_demo(
     fault_plan: Path | None = None,
     seed: int = 0,
     *,
+    num_repeats: int = 1,
     policy_base_url: str | None = None,
     policy_model: str | None = None,
     stream: Literal["auto", "always", "never"] = "auto",
@@ -100,7 +101,8 @@ def run_demo(
     max_attempts: int = 3,
     on_progress: Callable[[CollectionProgress], None] | None = None,
 ) -> Path:
-    """Run the demo gym: `rollouts` arithmetic tasks at `concurrency`, faults injected by `fault_plan`
+    """Run the demo gym: `rollouts` arithmetic tasks (`num_repeats` rollouts each, a prompt group) at
+    `concurrency`, faults injected by `fault_plan`
     (default: the packaged `default_fault_plan.json`), everything deterministic given `seed`.
 
     `policy_base_url` and `policy_model` send the policy's calls to an OpenAI-compatible endpoint
@@ -115,6 +117,7 @@ def run_demo(
     options = DemoOptions(
         out_dir=out_dir,
         rollouts=rollouts,
+        num_repeats=num_repeats,
         concurrency=concurrency,
         fault_plan=fault_plan,
         seed=seed,
@@ -199,7 +202,7 @@ def _collect(
             # The collector has no header option: aiohttp sends this URL's user info as Basic
             # credentials, which the agent accepts (`DemoGuard`), and never shows it in a URL.
             agent_url=urls["agent"].replace("://", f"://{_COLLECTOR_USER}:{token}@", 1),
-            num_repeats=1,
+            num_repeats=options.num_repeats,
             concurrency=options.concurrency,
             max_attempts=options.max_attempts,
             # Only for an agent that hangs: every episode's own calls are bounded well within it.

@@ -10,6 +10,8 @@ module, each with its part of the contract in its docstring:
 - `_coverage`: what the rows cover, each rollout counted once (`Coverage`, `rollout_coverage`,
   `read_coverage`), where `expected` comes from, and which results are tainted (`tainted_failure`:
   a success built on a call that ended in failure);
+- `_groups`: the prompt groups against a minimum of valid members each (`GroupCoverage`): complete,
+  short and lost groups, and the valid rollouts a trainer that drops short groups wastes;
 - `_verdict`: the coverage against `GateThresholds` (`check`, `GateVerdict`);
 - `_table`: the coverage table as data (`coverage_rows`, `COVERAGE_COLUMNS` and the lines around
   it), which `gym-failures gate` and the HTML report only draw.
@@ -40,6 +42,7 @@ from gym_failures.gate._coverage import (
     rollout_coverage,
     tainted_failure,
 )
+from gym_failures.gate._groups import MAX_LISTED_SHORT, GroupCoverage, group_coverage
 from gym_failures.gate._table import (
     COVERAGE_COLUMNS,
     CoverageRow,
@@ -47,6 +50,7 @@ from gym_failures.gate._table import (
     coverage_note,
     coverage_remarks,
     coverage_rows,
+    group_cells,
     outcomes_by_kind,
     skipped_text,
 )
@@ -55,12 +59,14 @@ from gym_failures.gate._verdict import GateThresholds, GateVerdict, check
 __all__ = [
     "COVERAGE_COLUMNS",
     "DEFAULT_RULES",
+    "MAX_LISTED_SHORT",
     "TRUNCATION_REASONS",
     "Coverage",
     "CoverageRow",
     "GateRule",
     "GateThresholds",
     "GateVerdict",
+    "GroupCoverage",
     "check",
     "coverage_cells",
     "coverage_note",
@@ -70,6 +76,8 @@ __all__ = [
     "empty_answer",
     "gate_kind_class",
     "grading_without_verdict",
+    "group_cells",
+    "group_coverage",
     "has_verdict",
     "malformed_answer",
     "outcomes_by_kind",

@@ -74,6 +74,7 @@ from gym_failures.failure_kinds import (
     http_status_can_change_class,
 )
 from gym_failures.gate._answers import DEFAULT_RULES, GateRule, derive_gate_kind, has_verdict
+from gym_failures.gate._groups import GroupCoverage, group_coverage
 from gym_failures.nemo_gym import (
     FAILURE_HTTP_STATUS,
     Inventory,
@@ -179,6 +180,9 @@ class Coverage:
     when some runs had materialized inputs and others only a manifest), or the rollouts seen."""
     manifests: list[str] = field(default_factory=list)
     """The manifests, or the materialized inputs, `expected` was read from."""
+    groups: GroupCoverage | None = None
+    """The prompt groups against a minimum of valid members each, when one was asked for
+    (`min_valid_per_group`; `gym_failures.gate._groups`)."""
 
     def __post_init__(self) -> None:
         # The annotations are strings here (`from __future__ import annotations`).
@@ -336,12 +340,14 @@ def rollout_coverage(
     max_attempts: int | None = None,
     inventory: Inventory | None = None,
     score_tainted: bool = False,
+    min_valid_per_group: int | None = None,
 ) -> Coverage:
     """The coverage of `rows` (in any supported form; each is normalized first, `max_attempts` being
     the budget that makes a NeMo Gym failure row final: NeMo Gym's own when None). With an
     `inventory` (the run's materialized inputs) and no `expected`, the inventory's rollouts are the
     rollouts expected (see the module docstring). `score_tainted` judges a tainted result as any
-    success (counted apart all the same)."""
+    success (counted apart all the same). With `min_valid_per_group`, the prompt groups are counted
+    against that many valid members each (`Coverage.groups`)."""
     outcomes: dict[str, _Outcome] = {}
     seen: set[str] = set()
     retried = other = not_persisted = 0
@@ -376,8 +382,13 @@ def rollout_coverage(
             outcomes[key] = cast(_Outcome, _outcome(closing, rules, config))
             retried -= 1
     coverage = _coverage(outcomes, len(seen), retried, other, expected, score_tainted)
+    owed = None
     if inventory is not None and expected is None:
         coverage = _against_inventory(coverage, outcomes, seen, inventory)
+        owed = [rollout_id(*key) for key in inventory.keys]
+    if min_valid_per_group is not None:
+        categories = {key: outcome.category for key, outcome in outcomes.items()}
+        coverage = replace(coverage, groups=group_coverage(categories, min_valid_per_group, owed))
     return replace(coverage, not_persisted_rows=not_persisted) if not_persisted else coverage
 
 
@@ -462,6 +473,7 @@ def read_coverage(
     config: failure_kinds.FailureClassificationConfig | None = None,
     max_attempts: int | None = None,
     score_tainted: bool = False,
+    min_valid_per_group: int | None = None,
 ) -> Coverage:
     """The coverage of the rows in `paths` (success and failure files, in any order).
 
@@ -474,8 +486,9 @@ def read_coverage(
     lines and a torn last line are skipped and counted, as `read_rows` reads them.
     """
     paths = list(paths)
+    options = (score_tainted, min_valid_per_group)
     if expected is not None:
-        return _read_coverage(paths, expected, rules, config, max_attempts, None, score_tainted)
+        return _read_coverage(paths, expected, rules, config, max_attempts, None, options)
     runs = run_expectations(paths)
     parts: list[Coverage] = []
     inventoried, counted = runs.inventoried, runs.counted
@@ -485,13 +498,13 @@ def read_coverage(
         counted = [*counted, *runs.others]
     if inventoried:
         inventory = read_inventory(runs.inventories)
-        parts.append(_read_coverage(inventoried, None, rules, config, max_attempts, inventory, score_tainted))
+        parts.append(_read_coverage(inventoried, None, rules, config, max_attempts, inventory, options))
     if counted:
-        coverage = _read_coverage(counted, runs.expected, rules, config, max_attempts, None, score_tainted)
+        coverage = _read_coverage(counted, runs.expected, rules, config, max_attempts, None, options)
         manifests = [str(path) for path in runs.manifests]
         parts.append(replace(coverage, expected_source="manifest", manifests=manifests))
     if not parts:
-        return _read_coverage(runs.others, None, rules, config, max_attempts, None, score_tainted)
+        return _read_coverage(runs.others, None, rules, config, max_attempts, None, options)
     return parts[0] if len(parts) == 1 else _added(*parts)
 
 
@@ -502,7 +515,7 @@ def _read_coverage(
     config: failure_kinds.FailureClassificationConfig | None,
     max_attempts: int | None,
     inventory: Inventory | None = None,
-    score_tainted: bool = False,
+    options: tuple[bool, int | None] = (False, None),
 ) -> Coverage:
     scans: list[JsonlScan] = []
 
@@ -512,7 +525,7 @@ def _read_coverage(
             scans.append(scan)
             yield from read_rows(path, scan, max_attempts)
 
-    coverage = rollout_coverage(rows(), expected, rules, config, max_attempts, inventory, score_tainted)
+    coverage = rollout_coverage(rows(), expected, rules, config, max_attempts, inventory, *options)
     return replace(
         coverage,
         invalid_lines=sum(len(scan.invalid_lines) for scan in scans),
@@ -535,9 +548,13 @@ def _added(inventoried: Coverage, counted: Coverage) -> Coverage:
             # The class counts keep their classes' order, with zeros; the counts by kind, most first.
             by_class = item.name in ("failed", "gate_derived", "tainted_by_class")
             update[item.name] = {key: total[key] for key in first} if by_class else dict(total.most_common())
+    groups = inventoried.groups
+    if groups is not None and counted.groups is not None:
+        groups = groups.added(counted.groups)
     return replace(
         inventoried,
         **update,
+        groups=groups,
         expected_source="manifest",
         manifests=sorted([*inventoried.manifests, *counted.manifests]),
     )

@@ -34,6 +34,7 @@ from typing import Literal
 
 from gym_failures.failure_kinds import FailureClass
 from gym_failures.gate._coverage import Coverage
+from gym_failures.gate._groups import GroupCoverage
 
 __all__ = [
     "COVERAGE_COLUMNS",
@@ -42,6 +43,7 @@ __all__ = [
     "coverage_note",
     "coverage_remarks",
     "coverage_rows",
+    "group_cells",
     "outcomes_by_kind",
     "skipped_text",
 ]
@@ -150,6 +152,26 @@ def coverage_remarks(coverage: Coverage) -> list[str]:
         scored = "scored as asked" if coverage.tainted_scored else "not scored"
         remarks.append(f"tainted (a success built on a call that ended in failure, {scored}): {tainted}")
     return remarks
+
+
+def group_cells(groups: GroupCoverage) -> list[tuple[str, str]]:
+    """The groups table's rows (what a row counts, how many), the same in every front end: groups by
+    how many valid members they have, then their members by outcome, then the waste."""
+    cells = [
+        ("groups", str(groups.groups)),
+        (f"complete (at least {groups.min_valid} valid)", str(groups.complete)),
+        (f"short (under {groups.min_valid} valid)", str(groups.short)),
+        ("  of which lost (none valid)", str(groups.lost)),
+        ("members valid", str(groups.valid)),
+        ("members masked", str(groups.masked)),
+        ("members failed", str(groups.failed)),
+        ("members missing", str(groups.missing)),
+        ("valid rollouts wasted in short groups", str(groups.wasted)),
+    ]
+    sizes = ", ".join(f"{count} of {size}" for size, count in groups.sizes.items())
+    if sizes:
+        cells.append(("group sizes (groups of members)", sizes))
+    return cells
 
 
 def outcomes_by_kind(coverage: Coverage) -> list[tuple[str, int]]:

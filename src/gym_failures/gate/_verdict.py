@@ -12,6 +12,7 @@ from typing import Any
 
 from gym_failures.failure_kinds import FailureClass
 from gym_failures.gate._coverage import Coverage
+from gym_failures.gate._groups import GroupCoverage
 
 _SHARES = ("min_scored_share", "max_evaluation_share", "max_unknown_share")
 
@@ -28,12 +29,17 @@ class GateThresholds:
       the rate at which a rerun of the failed rollouts is cheaper than doubting the run.
     - `max_unknown_share` 0.0: every failure must be attributable; an unknown one could be either side.
     - `max_missing` 0: every expected rollout has a final outcome.
+    - `max_short_groups` 0 and `max_short_group_share` None: checked only when the coverage counted
+      prompt groups (`min_valid_per_group`): at most that many groups short of valid members, or at
+      most that share of the groups when a share is given (the share wins).
     """
 
     min_scored_share: float = 0.95
     max_evaluation_share: float = 0.02
     max_unknown_share: float = 0.0
     max_missing: int = 0
+    max_short_groups: int = 0
+    max_short_group_share: float | None = None
 
     def __post_init__(self) -> None:
         """A share is a number from 0 to 1 (an int is taken as a float), `max_missing` an int from 0;
@@ -44,12 +50,19 @@ class GateThresholds:
             if not number or not 0.0 <= value <= 1.0:  # NaN fails the range too
                 raise ValueError(f"{name} is a number from 0 to 1, not {value!r}")
             object.__setattr__(self, name, float(value))
-        missing = self.max_missing
-        if not isinstance(missing, int) or isinstance(missing, bool) or missing < 0:
-            raise ValueError(f"max_missing is a whole number from 0, not {missing!r}")
+        for name in ("max_missing", "max_short_groups"):
+            count = getattr(self, name)
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise ValueError(f"{name} is a whole number from 0, not {count!r}")
+        share = self.max_short_group_share
+        if share is not None:
+            number = isinstance(share, int | float) and not isinstance(share, bool)
+            if not number or not 0.0 <= share <= 1.0:
+                raise ValueError(f"max_short_group_share is a number from 0 to 1, not {share!r}")
+            object.__setattr__(self, "max_short_group_share", float(share))
 
     def as_dict(self) -> dict[str, Any]:
-        """The four thresholds, JSON-ready."""
+        """The thresholds, JSON-ready."""
         return asdict(self)
 
 
@@ -113,6 +126,13 @@ def check(coverage: Coverage, thresholds: GateThresholds | None = None) -> GateV
         outcomes = "1 more outcome" if coverage.unexpected == 1 else f"{coverage.unexpected} more outcomes"
         reasons.append(f"{outcomes} than the {coverage.expected} expected")
     warnings: list[str] = []
+    if coverage.groups is not None:
+        reasons.extend(_group_reasons(coverage.groups, thresholds))
+        if coverage.groups.size_source == "rows_seen":
+            warnings.append(
+                "groups were counted from the rows seen (no materialized inputs name every member): "
+                "a member that left no row at all is not counted as missing"
+            )
     if coverage.expected_source == "rows_seen":
         warnings.append(
             f"expected was taken from the {coverage.seen} distinct rollouts seen (no expected count was "
@@ -132,3 +152,23 @@ def check(coverage: Coverage, thresholds: GateThresholds | None = None) -> GateV
     return GateVerdict(
         passed=not reasons, reasons=reasons, coverage=coverage, thresholds=thresholds, warnings=warnings
     )
+
+
+def _group_reasons(groups: GroupCoverage, thresholds: GateThresholds) -> list[str]:
+    """Why the groups fail `thresholds`: too many short of `min_valid` valid members."""
+    share = thresholds.max_short_group_share
+    short = groups.short
+    if share is not None:
+        over = short / groups.groups > share if groups.groups else False
+        limit = f"{share:.2%} of {groups.groups}"
+    else:
+        over = short > thresholds.max_short_groups
+        limit = str(thresholds.max_short_groups)
+    if not over:
+        return []
+    wasted = f"{groups.wasted} valid rollout{'' if groups.wasted == 1 else 's'} in them wasted"
+    lost = f", {groups.lost} with none" if groups.lost else ""
+    return [
+        f"{short} of {groups.groups} groups short of {groups.min_valid} valid members{lost} "
+        f"(maximum {limit}); {wasted}"
+    ]
