@@ -181,3 +181,42 @@ def test_the_collectors_outcome_and_live_line_count_tainted_apart() -> None:
     assert (progress.succeeded, progress.scored) == (2, 1)
     assert progress.tainted_by_kind == {"transport_peer_drop": 1}
     assert counts_text(progress).startswith("1 scored · tainted: evaluation 1 · failed: none")
+
+
+# --- root causes in the gate ------------------------------------------------------------------------
+
+
+def test_a_wrapped_failures_root_cause_is_counted_beside_its_kind(tmp_path: Path, capsys: Any) -> None:
+    """The README's pattern: `raise AgentFailure("agent_run_error") from model_failure`. The outcome's
+    kind is the agent's; its root cause, the model's 429, is what the gate shows beside it."""
+    from gym_failures.failures import AgentFailure
+    from gym_failures.gate import failures_by_root
+    from tests.saved_rows import failure_row
+
+    def wrapped() -> AgentFailure:
+        quota = ModelFailure(failure_kind="provider_quota_exhausted", failure_reason="429", http_status=429)
+        try:
+            try:
+                raise quota
+            except ModelFailure as model_failure:
+                raise AgentFailure(
+                    failure_kind="agent_run_error", failure_reason="no answer"
+                ) from model_failure
+        except AgentFailure as failure:
+            return failure
+
+    rows = [failure_row(wrapped(), f"{task}:0", final=True) for task in range(3)]
+    coverage = rollout_coverage(rows)
+    assert coverage.failed_by_kind == {"agent_run_error": 3}
+    assert coverage.failed_by_root_kind == {"provider_quota_exhausted": 3}
+    assert failures_by_root(coverage) == [("provider_quota_exhausted", 3)]
+    # A failure that is its own root adds no table.
+    plain = rollout_coverage(
+        [failure_row(ModelFailure(failure_kind="model_server_error", failure_reason="x"), final=True)]
+    )
+    assert failures_by_root(plain) == []
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    assert main(["gate", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "Final failures by root cause" in out
+    assert "provider_quota_exhausted" in out

@@ -222,6 +222,7 @@ def print_verdict(verdict: GateVerdict) -> None:
         coverage_note,
         coverage_remarks,
         coverage_rows,
+        failures_by_root,
         outcomes_by_kind,
     )
 
@@ -246,6 +247,14 @@ def print_verdict(verdict: GateVerdict) -> None:
         for kind, rollouts in kinds:
             by_kind.add_row(cell(kind), str(rollouts))
         console.print(by_kind)
+    roots = failures_by_root(coverage)
+    if roots:
+        by_root = Table(title="Final failures by root cause", title_justify="left")
+        by_root.add_column("root cause's kind")
+        by_root.add_column("rollouts", justify="right")
+        for kind, rollouts in roots:
+            by_root.add_row(cell(kind), str(rollouts))
+        console.print(by_root)
     if coverage.groups is not None:
         from gym_failures.gate import group_cells
 

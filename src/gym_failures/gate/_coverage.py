@@ -144,6 +144,11 @@ class Coverage:
     failed: dict[str, int] = field(default_factory=_class_counts)
     """Final failure outcomes by class (model, evaluation, unknown)."""
     failed_by_kind: dict[str, int] = field(default_factory=dict)
+    failed_by_root_kind: dict[str, int] = field(default_factory=dict)
+    """Final failure outcomes by their root cause's kind: the origin of the failure's cause chain (a
+    wrapped model failure's own kind), read from the saved report or, in a NeMo Gym row, from the
+    innermost error body it kept (`gym_failures.reporting._roots.row_root`); the failure's own kind
+    when it is its own root or nothing names one."""
     gate_derived: dict[str, int] = field(default_factory=_class_counts)
     """Gate-derived outcomes by class."""
     gate_derived_by_kind: dict[str, int] = field(default_factory=dict)
@@ -243,6 +248,7 @@ class _Outcome:
     failure_class: str | None = None
     degraded: str | None = None  # a scored result's degraded kind
     tainted: tuple[str, str] | None = None  # a tainted result's failure: its kind and class
+    root: str | None = None  # a final failure's root cause's kind
 
 
 def _attempt(row: Mapping[str, Any]) -> int:
@@ -329,7 +335,12 @@ def _outcome(
         return None
     kind, stage, status = _failure_evidence(row, config)
     failure_class = classify_failure(kind, stage, status, config=config).value
-    return _Outcome(0, _attempt(row), "failed", kind, failure_class)
+    # Imported here: read for final failures only (no pydantic, no DuckDB on its path).
+    from gym_failures.reporting._roots import row_root
+
+    found = row_root(row)
+    root = found.failure_kind if found is not None and found.failure_kind else kind
+    return _Outcome(0, _attempt(row), "failed", kind, failure_class, root=root)
 
 
 def rollout_coverage(
@@ -422,6 +433,7 @@ def _coverage(
     categories: Counter[str] = Counter(outcome.category for outcome in outcomes.values())
     failed, gate_derived, tainted = _class_counts(), _class_counts(), _class_counts()
     failed_by_kind: Counter[str] = Counter()
+    failed_by_root: Counter[str] = Counter()
     gate_by_kind: Counter[str] = Counter()
     degraded_by_kind: Counter[str] = Counter()
     tainted_by_kind: Counter[str] = Counter()
@@ -435,6 +447,7 @@ def _coverage(
             assert outcome.failure_class is not None
             failed[outcome.failure_class] += 1
             failed_by_kind[outcome.kind or "(none)"] += 1
+            failed_by_root[outcome.root or "(none)"] += 1
         elif outcome.category == "gate":
             assert outcome.failure_class is not None
             assert outcome.kind is not None
@@ -453,6 +466,7 @@ def _coverage(
         degraded_by_kind=dict(degraded_by_kind.most_common()),
         failed=failed,
         failed_by_kind=dict(failed_by_kind.most_common()),
+        failed_by_root_kind=dict(failed_by_root.most_common()),
         gate_derived=gate_derived,
         gate_derived_by_kind=dict(gate_by_kind.most_common()),
         tainted=sum(tainted_by_kind.values()),

@@ -43,6 +43,7 @@ __all__ = [
     "coverage_note",
     "coverage_remarks",
     "coverage_rows",
+    "failures_by_root",
     "group_cells",
     "outcomes_by_kind",
     "skipped_text",
@@ -172,6 +173,14 @@ def group_cells(groups: GroupCoverage) -> list[tuple[str, str]]:
     if sizes:
         cells.append(("group sizes (groups of members)", sizes))
     return cells
+
+
+def failures_by_root(coverage: Coverage) -> list[tuple[str, int]]:
+    """The final failures by their root cause's kind, the most common first (then by kind); empty
+    when every failure is its own root (the outcomes by kind already say it all)."""
+    if coverage.failed_by_root_kind == coverage.failed_by_kind:
+        return []
+    return sorted(coverage.failed_by_root_kind.items(), key=lambda item: (-item[1], item[0]))
 
 
 def outcomes_by_kind(coverage: Coverage) -> list[tuple[str, int]]:
