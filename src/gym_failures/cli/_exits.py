@@ -34,8 +34,8 @@ EXIT_STATUS_HELP = """exit status:
   0    done; gate: the run passed; demo: the demo ran (its gate's verdict is
        printed, not returned)
   1    done, and the answer is no: gate failed the run; explain found no such
-       row; no rollout of collect's run succeeded (resumed rows included), or
-       it could not reach the agent
+       row; no rollout of collect's run succeeded (resumed rows included), it
+       could not reach the agent, or its breaker ended it
   2    nothing done: a bad option, a missing or unreadable path, input without
        rollout rows or tasks, a busy port, an extra that is not installed; one
        line on stderr says which
