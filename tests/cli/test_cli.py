@@ -784,6 +784,7 @@ def test_demo_collects_prompt_groups_and_the_gate_counts_them(tmp_path: Path) ->
     assert "complete (at least 2 valid)" in result.stdout
     (run_dir,) = out.iterdir()
     assert json.loads((run_dir / "rollouts.manifest.json").read_text())["num_repeats"] == 4
+    assert "<h3>Groups</h3>" in (run_dir / "report.html").read_text()
     gate = _invoke("gate", run_dir, "--min-valid-per-group", "4", "--json")
     groups = json.loads(gate.stdout)["coverage"]["groups"]
     assert (groups["groups"], groups["complete"], groups["sizes"]) == (3, 3, {"4": 3})

@@ -205,6 +205,8 @@ def _verdict_section(verdict: GateVerdict) -> str:
         coverage_note,
         coverage_remarks,
         coverage_rows,
+        failures_by_root,
+        group_cells,
         outcomes_by_kind,
     )
 
@@ -218,6 +220,14 @@ def _verdict_section(verdict: GateVerdict) -> str:
         f'<p class="dim">{escape(_sentence(remark))}</p>' for remark in coverage_remarks(coverage)
     )
     kinds = outcomes_by_kind(coverage)
+    roots = failures_by_root(coverage)
+    groups = ""
+    if coverage.groups is not None:
+        # The same rows `gym-failures gate` prints (`gym_failures.gate.group_cells`).
+        groups = "<h3>Groups</h3>" + _table(("", "count"), group_cells(coverage.groups), frozenset({1}))
+        if coverage.groups.short_groups:
+            tasks = ", ".join(coverage.groups.short_groups)
+            groups += f'<p class="dim">Short groups (tasks): {escape(tasks)}</p>'
     return (
         "<h2>Acceptance gate</h2>"
         f"<p>{state} · {escape(coverage.line)}</p>"
@@ -226,6 +236,13 @@ def _verdict_section(verdict: GateVerdict) -> str:
         + _table(COVERAGE_COLUMNS, [row.cells for row in rows], frozenset({1, 2}), sub=sub)
         + remarks
         + ("<h3>Outcomes by kind</h3>" + _table(("kind", "rollouts"), kinds, frozenset({1})) if kinds else "")
+        + (
+            "<h3>Final failures by root cause</h3>"
+            + _table(("root cause's kind", "rollouts"), roots, frozenset({1}))
+            if roots
+            else ""
+        )
+        + groups
         + f'<p class="dim">{escape(_sentence(coverage_note(coverage)))}</p>'
     )
 
