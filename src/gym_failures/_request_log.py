@@ -22,8 +22,9 @@ Decisions:
 - A call that *ended* in failure (its latest `ModelOperationObservation` is `failed`) makes the
   request's reply name that failure as its own (`failure_id`) even when the handler returned: an
   answer built on a failed call is not a clean measurement (`gym_failures.calls`). The first such
-  call in the order the calls began is named; its event must be in the log (past `MAX_EVENTS` the
-  log is `omitted`, and a reader treats an omitted report as incomplete evidence).
+  call in the order the calls began is named. The failure a call ends in is kept past `MAX_EVENTS`
+  (`keep`, up to as many again), so a long episode's last cut is named however many failures came
+  before it.
 """
 
 from __future__ import annotations
@@ -169,6 +170,27 @@ class RequestFailureLog:
                 events=self.report.events, failure_id=None, omitted=True
             )
         self.observed = True
+
+    def keep(self, report: FailureReport) -> None:
+        """Add `report`'s events even past `MAX_EVENTS`: the failure a call ended in, which the reply
+        names as its own (`own_report`). At most `MAX_EVENTS` more events are kept so; past them the
+        log is marked omitted, as any report it drops."""
+        with _LOCK:
+            events = self.report.events
+            new = [event_id for event_id in report.events if event_id not in events]
+            if not new:
+                return
+            if len(events) + len(new) > 2 * self.MAX_EVENTS:
+                self.dropped_events += len(new)
+                self._mark_omitted()
+                return
+            merged = dict(events)
+            for event_id in new:
+                merged[event_id] = report.events[event_id]
+            self.report = FailureReport.model_construct(
+                events=merged, failure_id=None, omitted=self.report.omitted or report.omitted
+            )
+            self.observed = True
 
     def add_model_operation(self, observation: ModelOperationObservation) -> None:
         """Keep `observation`, the latest one per operation id, within the bound."""

@@ -5,6 +5,8 @@ own failure (`own_report().failure_id`), a call a retry settled is not."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +18,7 @@ import pytest
 
 from gym_failures.calls import CALL_ATTEMPT_HEADER, CALL_ID_HEADER, call_headers, logical_call
 from gym_failures.client import observe_attempts, observed_failure, raise_boundary_failure
-from gym_failures.failure_transport import FailureHeader, RequestFailureLog
+from gym_failures.failure_transport import FailureHeader, RequestFailureLog, observe_failure
 from gym_failures.failures import ModelFailure
 from tests.conftest import ROOT
 from tests.processes import free_port, stop, wait_listening
@@ -156,11 +158,12 @@ def test_the_same_agent_re_issuing_outside_a_logical_call_is_not_recovered(endpo
 
 def test_a_timeout_the_sdk_retried_leaves_a_trace(endpoint: str) -> None:
     """A slow reply the SDK gave up on is no reply: the transport's timeout is recorded as a failure of
-    the call, which the retry then settled. The reply is held 60 s; the client waits 1 s."""
-    queue(endpoint, "slow", params={"delay": 60})
+    the call, which the retry then settled. The reply is held 600 s; the client waits 10 s, long
+    enough for the retry's whole reply on a busy machine."""
+    queue(endpoint, "slow", params={"delay": 600})
     sent = Sent()
-    # speed-ok: the first reply is held 60 s against the client's 1 s: it cannot come in time.
-    with client(endpoint, sent, retries=1, timeout=1.0) as sdk, RequestFailureLog.capture() as log:
+    # speed-ok: the first reply is held 600 s against the client's 10 s: it cannot come in time.
+    with client(endpoint, sent, retries=1, timeout=10.0) as sdk, RequestFailureLog.capture() as log:
         sdk.responses.create(model="m", input="hello")
     kinds = [event.failure_kind for event in log.report.events.values()]
     assert kinds == ["transport_timeout"]
@@ -247,12 +250,17 @@ async def test_in_a_logical_call_a_failed_reply_then_a_success_settles_the_call(
     assert log.own_report().failure_id is None
 
 
-async def test_outside_a_logical_call_a_failed_reply_is_left_to_whoever_catches_it() -> None:
+async def test_outside_a_logical_call_a_failed_reply_caught_and_answered_from_is_the_replys_failure() -> None:
+    """A reply read outside a `logical_call()` is a call of its own: catching its 429 and answering
+    anyway answers from a call that ended in failure (a retry that settles it is one call)."""
     failure = ModelFailure(failure_kind="provider_quota_exhausted", failure_reason="429", http_status=429)
-    with RequestFailureLog.capture() as log, pytest.raises(ModelFailure):
+    # The careless agent catches the failure and answers anyway.
+    with RequestFailureLog.capture() as log, contextlib.suppress(ModelFailure):
         await raise_boundary_failure(_reply(429, FailureHeader.encode(failure.failure_report())))
-    assert log.model_operations == {}
-    assert log.own_report().failure_id is None
+    assert log.own_report().failure_id == failure.event_id
+    with RequestFailureLog.capture() as clean:
+        await raise_boundary_failure(_reply(200, {}))
+    assert clean.model_operations == {}
 
 
 def test_a_malformed_chunk_the_sdk_raised_on_carries_the_endpoints_event_id(endpoint: str) -> None:
@@ -307,3 +315,60 @@ async def test_in_a_logical_call_a_refused_connection_is_an_attempt_that_failed(
     assert log.report.events[failure.event_id].failure_kind == "transport_unreachable"
     assert log.model_operations[call.call_id].outcome == "failed"
     assert log.own_report().failure_id == failure.event_id
+
+
+def test_the_failure_a_call_ends_in_is_named_past_the_logs_bound() -> None:
+    """A long episode: the log's 64 events spent on failures a retry settled, then a cut joined into
+    the answer. The cut is still the reply's own failure (kept past the bound), never lost."""
+    from gym_failures.client._calls import end_attempt
+
+    class Request:
+        def __init__(self, call_id: str) -> None:
+            self.extensions: dict[str, Any] = {"gym_failures.call": (call_id, 1)}
+
+    with RequestFailureLog.capture() as log:
+        for index in range(RequestFailureLog.MAX_EVENTS + 5):
+            settled = ModelFailure(failure_kind="provider_quota_exhausted", failure_reason=f"429 {index}")
+            observe_failure(settled)
+        cut = ModelFailure(failure_kind="transport_peer_drop", failure_reason="cut")
+        observe_failure(cut)  # past the bound: dropped as an observation
+        assert cut.event_id not in log.report.events
+        end_attempt(Request("last-call"), cut)
+    own = log.own_report()
+    assert own.failure_id == cut.event_id
+    assert own.events[cut.event_id].failure_kind == "transport_peer_drop"
+
+
+def test_a_json_error_the_caller_was_handling_does_not_taint_a_clean_stream(endpoint: str) -> None:
+    """An agent asks again because the model's answer was not JSON: the SDK closes the new stream
+    while that error is being handled. Only an error raised reading this stream is its failure."""
+    sent = Sent()
+    with client(endpoint, sent) as sdk, RequestFailureLog.capture() as log:
+        try:
+            json.loads("the model's answer, not JSON")
+        except json.JSONDecodeError:
+            stream = sdk.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "valid JSON please"}], stream=True
+            )
+            answer = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert "valid JSON please" in answer
+    assert log.report.events == {}
+    assert log.own_report().failure_id is None
+
+
+def test_a_plain_reply_that_is_not_json_is_the_attempts_failure(endpoint: str) -> None:
+    """A plain (not streamed) malformed reply the SDK raised on and the agent swallowed: the hook
+    checked the body at its end, under the endpoint's event id."""
+    queue(endpoint, "malformed_chunk", stream=False)
+    sent = Sent()
+    # The careless agent swallows the SDK's error and answers anyway.
+    with (
+        client(endpoint, sent) as sdk,
+        RequestFailureLog.capture() as log,
+        contextlib.suppress(json.JSONDecodeError),
+    ):
+        sdk.responses.create(model="m", input="hello")
+    ((_, _, announced),) = sent.attempts
+    assert announced is not None
+    assert log.report.events[announced].failure_kind == "provider_protocol_error"
+    assert log.own_report().failure_id == announced

@@ -31,7 +31,7 @@ Decisions:
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, cast
 
 from gym_failures.calls import (
     CALL_ATTEMPT_HEADER,
@@ -42,12 +42,14 @@ from gym_failures.calls import (
     current_call,
     new_call_id,
 )
+from gym_failures.failure_records import FailureReport
 from gym_failures.failure_transport import RequestFailureLog, observe_failure, observe_model_operation
 from gym_failures.failures import NgFailureEvent
 
 __all__ = [
     "CALL_EXTENSION",
     "FAILURE_EXTENSION",
+    "Ended",
     "attempt_failed",
     "begin_attempt",
     "end_attempt",
@@ -83,23 +85,38 @@ def begin_attempt(request: Any) -> None:
     request.extensions[CALL_EXTENSION] = (call.call_id, attempt)
 
 
-def end_attempt(request: Any, failure_id: str | None) -> None:
-    """Record how the attempt `request` ended (`failure_id`: the failure it ended in, else `None`) as
-    its call's latest outcome, unless a later attempt of the call already ended."""
+Ended = NgFailureEvent | FailureReport | None
+"""How an attempt ended: the failure it raised, a success's report that names a failure of its own,
+or `None` (it ended well)."""
+
+
+def end_attempt(request: Any, ended: Ended) -> None:
+    """Record how the attempt `request` ended (`Ended`) as its call's latest outcome, unless a later
+    attempt of the call already ended."""
     named = request.extensions.get(CALL_EXTENSION)
     log = RequestFailureLog.current()
     if named is None or log is None:
         return
     call_id, attempt = named
-    _record(log, call_id, attempt, failure_id)
+    _record(log, call_id, attempt, ended)
 
 
-def _record(log: RequestFailureLog, call_id: str, attempt: int, failure_id: str | None) -> None:
+def _failure_id(ended: Ended) -> str | None:
+    if isinstance(ended, NgFailureEvent):
+        return ended.event_id
+    return None if ended is None else ended.failure_id
+
+
+def _record(log: RequestFailureLog, call_id: str, attempt: int, ended: Ended) -> None:
     """Attempt `attempt` of call `call_id` as the call's latest outcome in `log`, unless a later
-    attempt of the call already ended."""
+    attempt of the call already ended. The failure a call ends in is kept in the log past its bound
+    (`RequestFailureLog.keep`): it is what the reply names as its own."""
     prior = log.model_operations.get(call_id)
     if prior is not None and (prior.http_attempts or 0) > attempt:
         return
+    failure_id = _failure_id(ended)
+    if failure_id is not None and failure_id not in log.report.events:
+        log.keep(ended.failure_report() if isinstance(ended, NgFailureEvent) else cast(FailureReport, ended))
     observe_model_operation(
         call_id,
         "completed" if failure_id is None else "failed",
@@ -109,27 +126,27 @@ def _record(log: RequestFailureLog, call_id: str, attempt: int, failure_id: str 
     )
 
 
-def reply_outcome(failure_id: str | None, *, failed_status: bool = False) -> None:
+def reply_outcome(ended: Ended) -> None:
     """Record a reply the client helpers read (`raise_boundary_failure`, `raise_for_status`) as an
-    attempt of the current `logical_call()`, ended in `failure_id` or not. Outside a call, a reply is
-    a call of its own: only a success reply that names a failure of its own (`failure_id`) is
-    recorded then, as a call that ended in that failure; a failed reply (`failed_status`) outside a
-    call raises, and whoever catches it decides."""
-    call = current_call()
+    attempt of the current `logical_call()`. Outside a call, a reply is a call of its own: one that
+    ended in failure (a failed reply, a success that names a failure of its own) is recorded as such,
+    so an agent that catches it and answers anyway answers from a failed call; a retry that should
+    settle it is an attempt of one `logical_call()`."""
     log = RequestFailureLog.current()
     if log is None:
         return
+    call = current_call()
     if call is None:
-        if failure_id is None or failed_status:
+        if _failure_id(ended) is None:
             return
         call_id, attempt = new_call_id(), 1
     else:
         call_id, attempt = call.call_id, max(call.attempts, 1)
-    _record(log, call_id, attempt, failure_id)
+    _record(log, call_id, attempt, ended)
 
 
 def attempt_failed(failure: NgFailureEvent) -> None:
     """An attempt of the current `logical_call()` got no reply (`map_transport_errors` names it): its
     failure is observed and ends the attempt, whoever catches it."""
     observe_failure(failure)
-    reply_outcome(failure.event_id, failed_status=True)
+    reply_outcome(failure)

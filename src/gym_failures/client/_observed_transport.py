@@ -46,7 +46,7 @@ class ObservedTransport:
             return
         request.extensions[FAILURE_EXTENSION] = failure
         observe_failure(failure)
-        end_attempt(request, failure.event_id)
+        end_attempt(request, failure)
 
     def handle_request(self, request: Any) -> Any:
         try:

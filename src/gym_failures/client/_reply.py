@@ -297,7 +297,7 @@ async def raise_boundary_failure(
     library, status, report = _observed(response)
     if _http_status.is_success(status):
         # A success whose own report names a failure was built on a call that ended in it.
-        reply_outcome(None if report is None else report.failure_id)
+        reply_outcome(report if report is not None and report.failure_id is not None else None)
         return
     failure, _ = await _failure_for(
         library,
@@ -310,7 +310,7 @@ async def raise_boundary_failure(
         attempt_id=attempt_id,
         report=report,
     )
-    reply_outcome(failure.event_id, failed_status=True)
+    reply_outcome(failure)
     raise failure
 
 
@@ -325,7 +325,7 @@ async def raise_for_status(
     rebuilt failure (`.failure`, also its `__cause__`) and the reply's content (`.content`)."""
     library, status, report = _observed(response)
     if not _http_status.is_failed_reply(status):
-        reply_outcome(None if report is None else report.failure_id)
+        reply_outcome(report if report is not None and report.failure_id is not None else None)
         return
     failure, content = await _failure_for(
         library,
@@ -338,5 +338,5 @@ async def raise_for_status(
         attempt_id=None,
         report=report,
     )
-    reply_outcome(failure.event_id, failed_status=True)
+    reply_outcome(failure)
     raise library.status_error(response, failure, content) from failure

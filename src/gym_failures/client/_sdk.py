@@ -96,6 +96,8 @@ FAILURE_EXTENSION = _calls.FAILURE_EXTENSION
 READER_EXTENSION = "gym_failures.stream_reader"
 """The request extension where the hook keeps a streamed reply's `StreamFailureReportReader`."""
 _EVENT_HEADER = "x-gym-fault-event"
+_MAX_JSON_CHECK = 1 << 20
+"""The largest plain JSON reply whose body is kept to check that it parses (1 MiB)."""
 
 
 def observe_attempts(
@@ -171,10 +173,10 @@ def _on_response(response: Any, boundary: FailureBoundary, *, is_async: bool) ->
         extensions[FAILURE_EXTENSION] = failure
         if report is None:  # a report was observed whole above
             observe_failure(failure)
-        _calls.end_attempt(response.request, failure.event_id)
+        _calls.end_attempt(response.request, failure)
         return
     # A success whose own report names a failure was built on a call that ended in it, downstream.
-    _calls.end_attempt(response.request, None if report is None else report.failure_id)
+    _calls.end_attempt(response.request, report if report is not None and report.failure_id else None)
     # Every body is watched for a connection that breaks mid-way (the SDKs retry those); only a
     # stream is read for its terminal event.
     reader = None
@@ -183,6 +185,8 @@ def _on_response(response: Any, boundary: FailureBoundary, *, is_async: bool) ->
         extensions[READER_EXTENSION] = reader
     observed = _stream_type(type(response).__module__, is_async)(response, reader, boundary)
     observed.announced_id = _announced_event(response.headers)
+    if reader is None and response.headers.get("content-type", "").startswith("application/json"):
+        observed.check_json()
     response.stream = observed
 
 
@@ -211,11 +215,50 @@ class _ObservedStream:
         self._ended = False
         self._done = False
         self.announced_id: str | None = None
+        # The exception the caller was handling when the reply came: not this stream's (`close`).
+        self._in_flight = sys.exc_info()[1]
+        self._json: list[bytes] | None = None
+        """A plain JSON body's chunks, kept (up to `_MAX_JSON_CHECK` bytes) to check it parses."""
+        self._json_size = 0
+
+    def check_json(self) -> None:
+        """Keep the body to check, at its end, that it is JSON (a plain reply's, not a stream's)."""
+        self._json = []
 
     def _chunk(self, chunk: bytes) -> bytes:
         if self._reader is not None:
             self._reader.feed(chunk)
+        elif self._json is not None:
+            self._json_size += len(chunk)
+            if self._json_size > _MAX_JSON_CHECK:
+                self._json = None  # too large to hold for a check: the SDK's parse says
+            else:
+                self._json.append(chunk)
         return chunk
+
+    def _not_json(self) -> bool:
+        """Whether a plain JSON body read whole is not JSON."""
+        if self._json is None or not self._ended:
+            return False
+        try:
+            json.loads(b"".join(self._json))
+        except (ValueError, RecursionError):
+            return True
+        return False
+
+    def _raised_in_stream(self) -> bool:
+        """Whether the exception in flight (the SDKs close a stream in a `finally` around their
+        reading) is an event they could not read as JSON: raised while reading this stream, not one
+        the caller was already handling when the reply came."""
+        error = sys.exc_info()[1]
+        if not isinstance(error, json.JSONDecodeError) or error is self._in_flight:
+            return False
+        traceback = error.__traceback__
+        while traceback is not None:
+            if traceback.tb_frame.f_globals.get("__name__", "").endswith("._streaming"):
+                return True
+            traceback = traceback.tb_next
+        return False
 
     def _finish(self, error: BaseException | None = None, *, malformed: bool = False) -> None:
         if self._done:
@@ -227,7 +270,7 @@ class _ObservedStream:
             reader.observe()
         request = self._request
         failure: NgFailureEvent | None = None
-        if malformed:
+        if malformed or (error is None and self._not_json()):
             failure = _malformed(request, self._boundary, self.announced_id)
         elif error is not None:
             kind = transport_kind(error)
@@ -258,11 +301,11 @@ class _ObservedStream:
             failed = stream_failure(reader, boundary=self._boundary, url=str(request.url))
             if failed is not None:
                 request.extensions[FAILURE_EXTENSION] = failed
-                _calls.end_attempt(request, failed.event_id)
+                _calls.end_attempt(request, failed)
         if failure is not None:
             request.extensions[FAILURE_EXTENSION] = failure
             observe_failure(failure)
-            _calls.end_attempt(request, failure.event_id)
+            _calls.end_attempt(request, failure)
 
     def __iter__(self) -> Iterator[bytes]:
         try:
@@ -275,9 +318,7 @@ class _ObservedStream:
         self._finish()
 
     def close(self) -> None:
-        # The SDKs close a stream in a `finally` around their reading: an event they could not read
-        # as JSON is the exception in flight here (`sys.exc_info`), and the attempt's failure.
-        malformed = isinstance(sys.exc_info()[1], json.JSONDecodeError)
+        malformed = self._raised_in_stream()
         try:
             self._stream.close()
         finally:
@@ -296,7 +337,7 @@ class _ObservedAsyncStream(_ObservedStream):
         self._finish()
 
     async def aclose(self) -> None:
-        malformed = isinstance(sys.exc_info()[1], json.JSONDecodeError)
+        malformed = self._raised_in_stream()
         try:
             await self._stream.aclose()
         finally:
@@ -304,13 +345,13 @@ class _ObservedAsyncStream(_ObservedStream):
 
 
 def _malformed(request: Any, boundary: FailureBoundary, announced_id: str | None) -> NgFailureEvent:
-    """The failure of a stream whose event the SDK could not read as JSON (`provider_protocol_error`),
-    under the event id the endpoint announced for it, if it did."""
+    """The failure of a reply the SDK could not read as JSON, a stream's event or a plain body
+    (`provider_protocol_error`), under the event id the endpoint announced for it, if it did."""
     url = url_without_secrets(str(request.url))
     failure = failure_type_for(boundary)(
         boundary=boundary,
         failure_kind=PROVIDER_PROTOCOL_ERROR,
-        failure_reason=f"{request.method} {url}: a stream event whose data is not JSON",
+        failure_reason=f"{request.method} {url}: a reply whose data is not JSON",
         exception_type="JSONDecodeError",
         event_id=announced_id,
     )
