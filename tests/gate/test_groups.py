@@ -238,3 +238,9 @@ def test_nemo_gyms_own_runs_are_grouped_by_its_task_index() -> None:
     assert mixed.groups.groups == mixed.expected == 11
     assert mixed.groups.complete == mixed.scored
     assert mixed.groups.masked == mixed.masked
+
+
+def test_a_short_groups_limit_without_a_minimum_is_one_line_and_exit_2(tmp_path: Path, capsys: Any) -> None:
+    rows = write_jsonl(tmp_path / "rows.jsonl", [success_row()])
+    assert main(["gate", str(rows), "--max-short-groups", "0"]) == 2
+    assert "--max-short-groups needs --min-valid-per-group" in capsys.readouterr().err

@@ -220,3 +220,12 @@ def test_a_wrapped_failures_root_cause_is_counted_beside_its_kind(tmp_path: Path
     out = capsys.readouterr().out
     assert "Final failures by root cause" in out
     assert "provider_quota_exhausted" in out
+
+
+@given(st.one_of(st.integers(), st.lists(st.text(max_size=3), max_size=2), st.booleans(), st.floats()))
+def test_a_failure_id_that_is_not_an_id_is_tainted_as_summarize_reads_it(value: object) -> None:
+    row = tainted_row()
+    row["_ng_failure_id"] = value
+    assert tainted_failure(row) == ("(unreadable)", "unknown")
+    row["_ng_failure_id"] = None
+    assert tainted_failure(row) is None

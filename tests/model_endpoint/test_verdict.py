@@ -676,3 +676,46 @@ def test_any_json_client_record_is_read_or_refused(value: Any) -> None:
             status = main(["verdict", str(source), "--client", str(client)])
     assert status in (0, 2)
     assert "Traceback" not in err.getvalue()
+
+
+# --- found by review: a guessed join never resolves a broken stream; a log's own failure is accepted --
+
+
+def test_a_guessed_join_never_resolves_a_cut_another_rollout_of_the_same_prompt_cannot_hide_it() -> None:
+    """No call identity: a cut stream, then another attempt with the same body (another rollout of
+    the prompt, or the retry: nothing tells). The cut stays a failing finding; with a call id the
+    same journal is a retry that recovered."""
+    cut = attempt(0, 0.0, end=1.0, outcome="cut", fault="cut_stream", event_id="evc", stream=True)
+    later = attempt(1, 2.0, stream=True)
+    verdict = judge([cut, later])
+    assert [(f.finding, f.severity) for f in verdict.findings] == [("cut_stream_accepted", "failure")]
+    assert "no call identity" in verdict.findings[0].message
+    named = [
+        cut.model_copy(update={"call_id": "c1", "call_attempt": 1}),
+        later.model_copy(update={"call_id": "c1", "call_attempt": 2}),
+    ]
+    assert judge(named).passed
+    # The agent's own failure naming the cut resolves it, guessed or not.
+    assert judge(
+        [cut, later],
+        client_record(ModelFailure(failure_kind="transport_peer_drop", failure_reason="cut", event_id="evc")),
+    ).passed
+
+
+def test_a_log_whose_reply_names_the_calls_429_as_its_own_fails_the_verdict() -> None:
+    """The careless agent catches the 429 its SDK's retries ran out on and answers anyway: its log's
+    own report names the 429; the verdict with that log fails, however many attempts the call made."""
+    calls = [refused(n, float(n), retry_after_s=0.0, call_id="c1", call_attempt=n + 1) for n in range(3)]
+    assert judge(calls).passed  # the journal alone: the SDK raised after its last attempt
+    from gym_failures.failure_transport import observe_model_operation
+
+    with RequestFailureLog.capture() as log:
+        for n in range(3):  # the hook observed each attempt's 429
+            quota = ModelFailure(
+                failure_kind="provider_quota_exhausted", failure_reason="429", event_id=f"ev{n}"
+            )
+            observe_failure(quota)
+        observe_model_operation("c1", "failed", "c1.3", failure_id="ev2", http_attempts=3)
+    verdict = judge(calls, client_record(log))
+    assert [f.finding for f in verdict.findings] == ["failure_accepted"]
+    assert not verdict.passed

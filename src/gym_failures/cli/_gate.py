@@ -100,6 +100,10 @@ def add_gate(commands: Subcommands) -> None:
 def _run_gate(arguments: argparse.Namespace) -> int:
     from gym_failures import gate as acceptance
 
+    if arguments.short_groups_limit is not None and arguments.min_valid_per_group is None:
+        raise CommandError(
+            "--max-short-groups needs --min-valid-per-group K: the groups are counted against K"
+        )
     files = row_inputs(arguments.paths)
     given = {
         name: getattr(arguments, name) for name in GATE_DEFAULTS if getattr(arguments, name, None) is not None

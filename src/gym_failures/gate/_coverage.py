@@ -298,8 +298,12 @@ def tainted_failure(
 ) -> tuple[str, str] | None:
     """The failure a success row was built on (its report's own failure: kind and responsibility
     class), or None for a row whose report names none (see the module docstring)."""
-    if not isinstance(row.get(_FAILURE_ID_KEY), str):
+    named = row.get(_FAILURE_ID_KEY)
+    if named is None:
         return None
+    if not isinstance(named, str):
+        # Not an id: the row was changed after it was saved; it named a failure, as `summarize` reads it.
+        return ("(unreadable)", FailureClass.UNKNOWN.value)
     # Imported here, as in `_failure_evidence`: most rows name no failure of their own.
     from gym_failures.failure_transport import FailureReportRow
 

@@ -246,6 +246,10 @@ def client_record(*sources: object) -> ClientRecord:
             failed_ids.update(seen(source.failure_report()))
         elif isinstance(source, RequestFailureLog):
             seen(source.report)
+            # The reply's own failure: a call that ended in it, answered from all the same.
+            own = source.own_report()
+            if own.failure_id is not None:
+                accepted_ids.update(_chain(own, own.failure_id))
             attempt_ids.update(
                 operation.final_attempt_id
                 for operation in source.model_operations.values()
@@ -444,6 +448,22 @@ def _outcome_findings(
             flagged = flagged or attempt is call.last
             yield _accepted(call, attempt, "the client's record holds a success built on it (its failure_id)")
     last = call.last
+    if call.basis == "guess":
+        # A later attempt with the same body may be this stream's retry or another rollout's first
+        # call: a guessed join never resolves a broken stream (only a call id would tell).
+        for attempt in call.attempts[:-1]:
+            named = (
+                client is not None and attempt.event_id is not None and attempt.event_id in client.failed_ids
+            )
+            if attempt.outcome in _STREAM_FINDINGS and not named and attempt.event_id not in accepted:
+                yield _accepted(
+                    call,
+                    attempt,
+                    "a later attempt with the same body may be its retry or another rollout's call: "
+                    "the client sent no call identity, so only a failure of the agent that names it "
+                    "resolves it",
+                    took=False,
+                )
     if flagged or not failed(last):
         return
     handled = client is not None and last.event_id is not None and last.event_id in client.failed_ids
@@ -462,7 +482,7 @@ def _outcome_findings(
             how = "no failure of the agent in the client's record names it"
         if client is not None and client.omitted:
             how += "; the record was cut short"
-        yield _accepted(call, last, how)
+        yield _accepted(call, last, how, took=client is not None)
         return
     count = call.attempt_count
     if retryable(last) and count < max_attempts:
@@ -477,18 +497,20 @@ def _outcome_findings(
         )
 
 
-def _accepted(call: Call, attempt: Attempt, how: str) -> Finding:
-    """The finding of a call whose answer was built on the faulted `attempt`."""
+def _accepted(call: Call, attempt: Attempt, how: str, *, took: bool = True) -> Finding:
+    """The finding of a call whose answer was built on the faulted `attempt` (`took`: the client's
+    record says so; else no later attempt of its call is known and nothing says the agent failed)."""
     if attempt.outcome in _STREAM_FINDINGS:
         name, what = _STREAM_FINDINGS[attempt.outcome]
         if attempt.outcome == "malformed" and not attempt.stream:
             what = "the reply's body was not JSON"
-        message = f"{what}, and the client took it as an answer"
+        verdict = "the client took it as an answer" if took else "no attempt of its call followed"
+        message = f"{what}, and {verdict}"
     else:
         name, message = "failure_accepted", "a success was built on a call that ended in this fault"
     return _finding(
         name,
-        f"attempt {attempt.index} ({attempt.route}, {attempt.fault}): {message} ({how})",
+        f"journal attempt {attempt.index} ({attempt.route}, {attempt.fault}): {message} ({how})",
         call,
         [attempt],
     )
