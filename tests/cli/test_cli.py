@@ -788,3 +788,33 @@ def test_demo_collects_prompt_groups_and_the_gate_counts_them(tmp_path: Path) ->
     gate = _invoke("gate", run_dir, "--min-valid-per-group", "4", "--json")
     groups = json.loads(gate.stdout)["coverage"]["groups"]
     assert (groups["groups"], groups["complete"], groups["sizes"]) == (3, 3, {"4": 3})
+
+
+def test_a_run_of_tainted_successes_only_is_grouped_and_explained_as_tainted(tmp_path: Path) -> None:
+    """A new user's run: every failure a cut stream an agent answered from, no failure row. summarize
+    said "nothing to group" and explain showed each as a plain success scored 0."""
+    cut = ModelFailure(failure_kind="transport_peer_drop", failure_reason="the stream ended before its end")
+    rows = [
+        {**success_row(f"{task}:0", verdict=False), **FailureReportRow.fields(cut.failure_report())}
+        for task in range(17)
+    ]
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "rollouts.jsonl", rows)
+    summary = _invoke("summarize", run)
+    assert summary.exit_code == 0
+    assert "nothing to group" not in summary.stdout
+    assert "No failure rows, but 17 tainted success rows" in summary.stdout
+    kinds = next(line for line in summary.stdout.splitlines() if "│ transport_peer_drop │ evaluation" in line)
+    assert kinds.split("│")[-2].strip() == "17"  # the kinds table's tainted column
+    page = tmp_path / "report.html"
+    assert _invoke("summarize", run, "--html", page).exit_code == 0
+    assert "tainted</th>" in page.read_text()
+    shown = " ".join(_invoke("explain", run, "--rollout", "5:0").stdout.split())
+    assert (
+        "rollout 5:0 · attempt 1 · success · tainted: built on a call that ended in failure "
+        "(transport_peer_drop) · reward 0" in shown
+    )
+    (explanation,) = json.loads(_invoke("explain", run, "--rollout", "5:0", "--json").stdout)
+    assert explanation["tainted"]["failure_kind"] == "transport_peer_drop"
+    assert explanation["tree"]["event"]["event_id"] == explanation["tainted"]["failure_id"]

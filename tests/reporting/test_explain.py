@@ -14,9 +14,10 @@ from gym_failures.cli import main
 from gym_failures.cli._tree import MAX_SHOWN_DEPTH
 from gym_failures.failure_records import FailureEvent
 from gym_failures.failure_transport import FailureReportRow
-from gym_failures.failures import new_event_id
+from gym_failures.failures import ModelFailure, new_event_id
+from gym_failures.gate import tainted_failure
 from gym_failures.reporting.explain import MAX_TREE_DEPTH, EventNode, explain_row
-from tests.saved_rows import failure_row, lost_reply, success_row, write_jsonl
+from tests.saved_rows import failure_row, lost_reply, raised, success_row, write_jsonl
 
 
 def deep_row(depth: int) -> dict[str, Any]:
@@ -81,3 +82,98 @@ def test_a_reward_past_a_floats_range_is_no_reward(reward: int) -> None:
     row = success_row("0:0")
     row["reward"] = reward
     assert explain_row(row).reward is None
+
+
+# --- tainted and recovered successes -------------------------------------------------------------
+
+
+def tainted_row(rollout: str = "5:0") -> dict[str, Any]:
+    """A success whose report names a failure of its own: the agent answered from a cut stream (the
+    model's drop, itself caused by the worker's crash). Its reward is 0: a newcomer read it as scored."""
+    row = success_row(rollout, verdict=False)
+    failure = raised(
+        ModelFailure(failure_kind="transport_peer_drop", failure_reason="the stream was cut mid-answer"),
+        ModelFailure(failure_kind="model_server_error", failure_reason="the inference worker crashed"),
+    )
+    row.update(FailureReportRow.fields(failure.failure_report()))
+    return row
+
+
+def _explain(tmp_path: Path, row: dict[str, Any], *flags: str) -> str:
+    path = write_jsonl(tmp_path / "rollouts.jsonl", [row])
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert main(["explain", str(path), "--rollout", row["rollout_id"], *flags]) == 0
+    return stdout.getvalue()
+
+
+def test_explain_says_a_tainted_success_is_tainted_and_draws_its_failure_chain(tmp_path: Path) -> None:
+    output = _explain(tmp_path, tainted_row())
+    lines = output.splitlines()
+    head = " ".join(output[: output.index("✖")].split())  # the first line, however the width wraps it
+    assert head.endswith(
+        "rollout 5:0 · attempt 1 · success · tainted: built on a call that ended in failure "
+        "(transport_peer_drop) · reward 0 ├──"
+    )
+    # The row's own failure is its failure chain, its cause below it: no other observation.
+    failure = next(index for index, line in enumerate(lines) if "✖ [model] transport_peer_drop" in line)
+    cause = next(index for index, line in enumerate(lines) if "caused by [model] model_server_error" in line)
+    assert failure < cause
+    assert "other observations" not in output
+    assert "the gate counts this result as tainted, not scored (unless gate --score-tainted)" in output
+
+
+def test_explain_json_names_the_failure_a_tainted_success_was_built_on(tmp_path: Path) -> None:
+    row = tainted_row()
+    (explanation,) = json.loads(_explain(tmp_path, row, "--json"))
+    assert (explanation["outcome"], explanation["reward"]) == ("success", 0.0)
+    assert explanation["tainted"] == {
+        "failure_kind": "transport_peer_drop",
+        "failure_class": "evaluation",
+        "failure_id": row[FailureReportRow.FAILURE_ID],
+    }
+    assert explanation["recovered"] is False
+    assert explanation["tree"]["event"]["event_id"] == row[FailureReportRow.FAILURE_ID]
+    assert explanation["tree"]["cause"]["event"]["failure_kind"] == "model_server_error"
+    assert explanation["observations"] == []
+
+
+def test_explain_says_what_a_success_recovered_from(tmp_path: Path) -> None:
+    row = success_row("3:0", recovered=lost_reply())
+    output = _explain(tmp_path, row)
+    assert "tainted" not in output
+    assert "recovered from" in output
+    assert "other observations" not in output
+    (explanation,) = json.loads(_explain(tmp_path, row, "--json"))
+    assert (explanation["tainted"], explanation["recovered"], explanation["tree"]) == (None, True, None)
+    assert len(explanation["observations"]) == 1
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_explain_and_the_gate_agree_on_which_rows_are_tainted(masked: bool) -> None:
+    unreadable = {**success_row(), FailureReportRow.EVENTS: "garbage", FailureReportRow.FAILURE_ID: "x"}
+    rows = [tainted_row(), success_row(recovered=lost_reply()), success_row(), unreadable]
+    for row in rows:
+        row["mask_sample"] = masked
+        assert explain_row(row).masked is masked
+        tainted = explain_row(row).tainted
+        found = None if tainted is None else (tainted.failure_kind, tainted.failure_class)
+        assert found == tainted_failure(row)
+    tainted = explain_row(unreadable).tainted
+    assert tainted is not None
+    assert tainted.model_dump() == {
+        "failure_kind": "(unreadable)",
+        "failure_class": "unknown",
+        "failure_id": None,
+    }
+    # A failure row is never tainted: its report's failure is its own.
+    assert explain_row(failure_row(lost_reply())).tainted is None
+    assert explain_row(failure_row(lost_reply())).recovered is False
+
+
+def test_a_tainted_success_with_an_unreadable_report_says_so(tmp_path: Path) -> None:
+    row = {**success_row("6:0"), FailureReportRow.EVENTS: "garbage", FailureReportRow.FAILURE_ID: "x"}
+    output = _explain(tmp_path, row)
+    words = " ".join(output.split())
+    assert "success · tainted: built on a call that ended in failure (unreadable) · reward 1" in words
+    assert "[omitted] this report lost events on the way" in output

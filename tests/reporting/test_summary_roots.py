@@ -197,6 +197,82 @@ def test_a_run_without_tainted_rows_has_no_tainted_column(readme_run: Path) -> N
     assert "tainted" not in out.split("\n", 1)[1]
 
 
+@pytest.fixture(scope="module")
+def tainted_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run with no failure row, whose only failures are those two tainted rows were built on."""
+    rows = [_tainted_row("0:0"), _tainted_row("1:0"), success_row("2:0", recovered=model_503_chain())]
+    return write_jsonl(tmp_path_factory.mktemp("tainted") / "rollouts.jsonl", rows)
+
+
+def test_a_run_whose_only_failures_are_tainted_rows_shows_them_on_the_terminal(tainted_only: Path) -> None:
+    code, out, _ = run_cli("summarize", tainted_only)
+    assert code == 0
+    assert "No failure rows: nothing to group." not in out
+    assert (
+        "No failure rows, but 2 tainted success rows (built on a call that ended in failure): by that "
+        "failure's kind and root cause, in the tables' tainted column." in out
+    )
+    assert _cells(out, "transport_peer_drop │ evaluation │ ") == [
+        "transport_peer_drop",
+        "evaluation",
+        "0",
+        "0",
+        "0.0%",
+        "2",
+    ]
+    assert "Failures by root cause" in out
+    assert _cells(out, "model_server_error") == [
+        "model_server_error",
+        "evaluation",
+        "model",
+        "transport_peer_drop",
+        "0",
+        "0",
+        "0.0%",
+        "2",
+    ]
+    # The groupings of failure rows alone have nothing to show: left out, not drawn empty.
+    for title in ("Failures by class", "Failures by boundary", "Failures by attempt", "reason"):
+        assert title not in out
+
+
+def test_a_run_whose_only_failures_are_tainted_rows_counts_them_in_the_json(tainted_only: Path) -> None:
+    code, out, _ = run_cli("summarize", tainted_only, "--json")
+    assert code == 0
+    summary = json.loads(out)
+    assert (summary["failure_rows"], summary["tainted_success_rows"], summary["by_class"]) == (0, 2, [])
+    assert [(kind["value"], kind["count"], kind["tainted"]) for kind in summary["by_kind"]] == [
+        ("transport_peer_drop", 0, 2)
+    ]
+    assert [(root["root_kind"], root["kind"], root["tainted"]) for root in summary["by_root_kind"]] == [
+        ("model_server_error", "transport_peer_drop", 2)
+    ]
+
+
+def test_a_run_whose_only_failures_are_tainted_rows_shows_them_in_the_html(
+    tainted_only: Path, tmp_path: Path
+) -> None:
+    page_path = tmp_path / "report.html"
+    assert run_cli("summarize", tainted_only, "--html", page_path)[0] == 0
+    page = page_path.read_text()
+    words = _text(page)
+    assert (
+        "No failure rows: nothing to chart, but 2 tainted success rows (built on a call that ended in "
+        "failure): by that failure's kind and root cause, in the tables' tainted column below." in words
+    )
+    assert "<svg" not in page  # the charts are of failure shares: a tainted row is in none
+    assert (
+        "By kind kind class failure rows final share tainted transport_peer_drop evaluation 0 0 0.0% 2"
+        in words
+    )
+    assert (
+        "By root cause root kind class boundary the failure's kind failure rows final share tainted "
+        "model_server_error evaluation model transport_peer_drop 0 0 0.0% 2" in words
+    )
+    for title in ("By boundary", "By stage", "By HTTP status", "Most common reasons"):
+        assert title not in words
+
+
 # --- NeMo Gym's rows: the root in the body they keep --------------------------------------------
 
 

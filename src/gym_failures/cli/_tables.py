@@ -160,15 +160,38 @@ def _reasons_table(summary: Summary) -> Table | Text:
     return reasons
 
 
+def _print_tainted_only(console: Console, summary: Summary) -> None:
+    """A run without failure rows: nothing to group, unless success rows are tainted; then their
+    failures by kind and by root cause (the tables' tainted column), as a run with failure rows
+    shows them beside its failure rows."""
+    if not summary.tainted_success_rows:
+        console.print(Text("No failure rows: nothing to group."))
+        return
+    console.print(Text(_tainted_only_line(summary.tainted_success_rows)), soft_wrap=True)
+    console.print(_kinds_table(summary.by_kind, tainted=True))
+    if summary.by_root_kind:
+        console.print(_roots_table(summary))
+
+
+def _tainted_only_line(tainted: int) -> str:
+    """The line above the tables of a run whose only failures are those its tainted rows were built on
+    (the HTML report says the same: `gym_failures.reporting.html`)."""
+    return (
+        f"No failure rows, but {plural(tainted, 'tainted success row')} (built on a call that ended in "
+        "failure): by that failure's kind and root cause, in the tables' tainted column."
+    )
+
+
 def print_summary(summary: Summary) -> None:
     """`summary` as tables: the totals, then failures by class, kind, root cause, boundary, stage,
-    status and attempt, the most common reasons and the quota resets."""
+    status and attempt, the most common reasons and the quota resets. A run without failure rows
+    whose success rows are tainted shows the kind and root-cause tables, for their tainted column."""
     console = stdout()
     _print_totals(console, summary)
     for torn in summary.torn_tails:
         console.print(cell(f"{torn.path}: torn last line ({torn.bytes} bytes) skipped", style="yellow"))
     if not summary.failure_rows:
-        console.print(Text("No failure rows: nothing to group."))
+        _print_tainted_only(console, summary)
         return
     classes = Table(title="Failures by class", title_justify="left")
     classes.add_column("class")

@@ -2,6 +2,10 @@
 the reply's body names, and its cause chain across every hop, for `gym-failures explain` and the
 demo.
 
+A tainted success (built on a call that ended in failure) says so on its first line, before its
+reward, and its failure is drawn as a failure row's is, with a line on how the gate counts it; the
+events a success recovered from are drawn under "recovered from", not as other observations.
+
 Every value from the row is cleaned (`gym_failures.cli._text.clean`) and reaches rich as `Text`,
 never markup. Past `MAX_SHOWN_DEPTH` levels a chain is counted, not drawn (`--json` holds it all).
 """
@@ -56,6 +60,8 @@ def status_reading(event: Mapping[str, Any]) -> str | None:
     return reading if reading is not None and reading != kind else None
 
 
+_TAINTED_NOTE = "the gate counts this result as tainted, not scored (unless gate --score-tainted)"
+
 # Each level of a tree indents by four columns: past this depth a terminal shows nothing readable, so
 # the rest of a chain is counted (`--json` holds it all, up to `MAX_TREE_DEPTH`).
 MAX_SHOWN_DEPTH = 16
@@ -95,7 +101,11 @@ def explanation_tree(explanation: RowExplanation) -> Tree:
     title.append(f"rollout {_clean(explanation.rollout_id or '(unknown)')}", style="bold")
     title.append(f" · attempt {explanation.attempt if explanation.attempt is not None else '?'} · ")
     if explanation.outcome == "success":
-        title.append("success", style="green")
+        title.append("success", style="green" if explanation.tainted is None else "yellow")
+        if explanation.tainted is not None:
+            kind = _clean(explanation.tainted.failure_kind)  # "(unreadable)" for an invalid report
+            kind = kind if kind.startswith("(") else f"({kind})"
+            title.append(f" · tainted: built on a call that ended in failure {kind}", style="yellow")
         if explanation.reward is not None:
             title.append(f" · reward {explanation.reward:g}")
         if explanation.masked:
@@ -137,8 +147,11 @@ def explanation_tree(explanation: RowExplanation) -> Tree:
         _add_chain(tree, explanation.tree, "✖ ")
     elif failure is not None and reported is None:
         tree.add(Text("no failure event saved for this row", style="dim"))
+    if explanation.tainted is not None and not explanation.masked:
+        tree.add(Text(_TAINTED_NOTE, style="dim"))
     if explanation.observations:
-        observed = tree.add(Text("other observations", style="bold"))
+        heading = "recovered from" if explanation.recovered else "other observations"
+        observed = tree.add(Text(heading, style="bold"))
         for node in explanation.observations:
             _add_chain(observed, node, "")
     return tree

@@ -6,6 +6,13 @@ the report's `failure_id` and follows `cause_id` down. Every other event is an o
 call that was retried, a failure a success recovered from): each observation that nothing else names
 as its cause starts a chain of its own, which ends where it reaches an event already shown.
 
+A success row whose report names a failure of its own (`failure_id`) is **tainted**
+(`RowExplanation.tainted`): the agent answered from a call that ended in failure (a cut stream joined
+into its answer), by the rule `gym_failures.gate.tainted_failure` applies, so `explain`, `summarize`
+and `gate` agree on which rows are tainted. Its failure and that failure's causes are the row's tree,
+as a failure row's are; a success whose report holds events but no failure of its own recovered from
+them (`recovered`).
+
 A report marked `omitted` lost events on the way (one was too large to send, or the saved report was
 invalid); the explanation says so, and a chain that ends in such a report may have lost its causes.
 A kind this version does not register is shown as saved (`unregistered:<kind>`).
@@ -50,6 +57,7 @@ __all__ = [
     "MAX_TREE_DEPTH",
     "EventNode",
     "RowExplanation",
+    "TaintedFailure",
     "explain_row",
     "line_row",
     "longest_chain",
@@ -73,6 +81,21 @@ class EventNode(BaseModel):
     """Causes below this event not shown: the chain is deeper than `MAX_TREE_DEPTH`."""
 
 
+class TaintedFailure(BaseModel):
+    """The failure a tainted success row was built on: its report's own failure event."""
+
+    model_config = ConfigDict(frozen=True)
+
+    failure_kind: str
+    """The event's kind; `(unreadable)` when the saved report is invalid (it named a failure, which
+    is evidence enough: `gym_failures.gate.tainted_failure`)."""
+    failure_class: str
+    """Whose responsibility it is (`model`, `evaluation` or `unknown`), as the gate classifies it."""
+    failure_id: str | None
+    """The failure's event id (`_ng_failure_id`), the root of the row's tree; None when the saved
+    report is invalid (read as omitted, with no events)."""
+
+
 class RowExplanation(BaseModel):
     """What one saved row says about one attempt of one rollout."""
 
@@ -91,6 +114,12 @@ class RowExplanation(BaseModel):
     """A complete result that must not be trained on (NeMo Gym's `mask_sample`)."""
     degraded_kind: str | None = None
     """A result that names this failure kind without `mask_sample`: a valid measurement that degraded."""
+    tainted: TaintedFailure | None = None
+    """A success built on a call that ended in failure (its report names a failure of its own): that
+    failure. None for every failure row and every other success."""
+    recovered: bool = False
+    """A success whose report holds events and names no failure of its own: it recovered from them
+    (its `observations`)."""
     failure: dict[str, Any] | None = None
     """The row's `EpisodeFailure` (kind, reason, stage, terminal)."""
     reported_failure: dict[str, Any] | None = None
@@ -182,12 +211,14 @@ def explain_row(row: Mapping[str, Any], path: str = "", line: int | None = None)
     report = FailureReportRow.report(row)
     tree, observations = _tree(report)
     failure = row.get("failure")
+    success = "failure" not in row
+    tainted = _tainted(row, report.failure_id) if success else None
     attempt, reward = row.get("attempt"), row.get("reward")
     rollout = row.get("rollout_id")
     return RowExplanation(
         path=path,
         line=line,
-        outcome="failure" if "failure" in row else "success",
+        outcome="success" if success else "failure",
         rollout_id=rollout if isinstance(rollout, str) else None,
         attempt=attempt if type(attempt) is int else None,
         final=row["final"] if isinstance(row.get("final"), bool) else None,
@@ -195,6 +226,8 @@ def explain_row(row: Mapping[str, Any], path: str = "", line: int | None = None)
         reward=_reward(reward),
         masked=row.get("masked") is True,
         degraded_kind=safe_text(kind) if (kind := degraded_kind(row)) is not None else None,
+        tainted=tainted,
+        recovered=success and tainted is None and bool(report.events),
         failure=_envelope(failure),
         reported_failure=reported_failure(row.get(FAILURE_RESPONSE_BODY)) if "failure" in row else None,
         failure_id=report.failure_id,
@@ -202,6 +235,17 @@ def explain_row(row: Mapping[str, Any], path: str = "", line: int | None = None)
         tree=tree,
         observations=observations,
     )
+
+
+def _tainted(row: Mapping[str, Any], failure_id: str | None) -> TaintedFailure | None:
+    """The failure a success `row` was built on, by the gate's rule (`tainted_failure`)."""
+    from gym_failures.gate import tainted_failure
+
+    found = tainted_failure(row)
+    if found is None:
+        return None
+    kind, failure_class = found
+    return TaintedFailure(failure_kind=safe_text(kind), failure_class=failure_class, failure_id=failure_id)
 
 
 _ENVELOPE_FIELDS = ("failure_kind", "failure_reason", "stage", "terminal")

@@ -18,6 +18,8 @@ Decisions:
   HTTP status of runs whose failures had none) is left out, with one line saying why, rather than
   drawn empty. The root-cause chart is drawn when a root differs from its failure's own kind (else
   it would repeat the kind chart); a table's column every row leaves empty is left out.
+- A run whose only failures are those its tainted success rows were built on has no chart (a tainted
+  row is in no share) but its tables by kind and by root cause, for their tainted column.
 - Every text from the rows is escaped, so a hostile reason cannot inject markup.
 """
 
@@ -368,11 +370,24 @@ def _root_kinds(summary: Summary) -> list[tuple[object, int, float, str]]:
     ]
 
 
+def _tainted_note(tainted: int) -> str:
+    """The end of the no-chart line: where a run's tainted rows, if any, are counted instead."""
+    if not tainted:
+        return "."
+    rows = "1 tainted success row" if tainted == 1 else f"{tainted} tainted success rows"
+    return (
+        f", but {rows} (built on a call that ended in failure): by that failure's kind and root "
+        "cause, in the tables' tainted column below."
+    )
+
+
 def _charts(summary: Summary) -> list[str]:
     from gym_failures.reporting.summary import nothing_to_show  # loaded: `summary` is one
 
     if not summary.failure_rows:
-        return ["<h2>Charts</h2>", "<p>No failure rows: nothing to chart.</p>"]
+        # The charts are of failure shares: a tainted row is in none (its tables follow).
+        tainted = summary.tainted_success_rows
+        return ["<h2>Charts</h2>", f"<p>No failure rows: nothing to chart{_tainted_note(tainted)}</p>"]
     sections: list[str] = []
     if not nothing_to_show(summary.by_class):
         bars = [
@@ -513,6 +528,12 @@ def render_html(
     if explanation is not None:
         sections.append(_cause_tree_section(explanation))
     sections += _charts(summary)
+    if not summary.failure_rows and summary.tainted_success_rows:
+        # Only tainted rows failed: their failures by kind and root cause, in the tainted column.
+        sections += [
+            _kinds_table(summary.by_kind, tainted=True),
+            *([_roots_table(summary)] if summary.by_root_kind else []),
+        ]
     if summary.failure_rows:
         sections += [
             _kinds_table(summary.by_kind, bool(summary.tainted_success_rows)),
