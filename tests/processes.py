@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -37,3 +41,22 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def serve_model(api_key: str) -> Iterator[str]:
+    """`gym-failures serve model` as a real subprocess on a free loopback port, requiring `api_key`:
+    its base URL while the block runs."""
+    port = free_port()
+    command = [sys.executable, "-m", "gym_failures.cli", "serve", "model", "--port", str(port)]
+    process = subprocess.Popen(
+        [*command, "--api-key", api_key],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_listening(port, process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(process)

@@ -145,10 +145,11 @@ class RequestFailureLog:
         with _LOCK:
             self._add(report)
 
-    def _add(self, report: FailureReport) -> None:
+    def _add(self, report: FailureReport, bound: int | None = None) -> None:
+        """Merge `report`'s events, within `bound` events in all (`MAX_EVENTS` unless given)."""
         events = self.report.events
         new = [event_id for event_id in report.events if event_id not in events]
-        if len(events) + len(new) > self.MAX_EVENTS:
+        if len(events) + len(new) > (self.MAX_EVENTS if bound is None else bound):
             self.dropped_events += len(new)
             self._mark_omitted()
             return
@@ -176,21 +177,7 @@ class RequestFailureLog:
         names as its own (`own_report`). At most `MAX_EVENTS` more events are kept so; past them the
         log is marked omitted, as any report it drops."""
         with _LOCK:
-            events = self.report.events
-            new = [event_id for event_id in report.events if event_id not in events]
-            if not new:
-                return
-            if len(events) + len(new) > 2 * self.MAX_EVENTS:
-                self.dropped_events += len(new)
-                self._mark_omitted()
-                return
-            merged = dict(events)
-            for event_id in new:
-                merged[event_id] = report.events[event_id]
-            self.report = FailureReport.model_construct(
-                events=merged, failure_id=None, omitted=self.report.omitted or report.omitted
-            )
-            self.observed = True
+            self._add(report, 2 * self.MAX_EVENTS)
 
     def add_model_operation(self, observation: ModelOperationObservation) -> None:
         """Keep `observation`, the latest one per operation id, within the bound."""

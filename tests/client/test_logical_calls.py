@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,24 +18,15 @@ from gym_failures.calls import CALL_ATTEMPT_HEADER, CALL_ID_HEADER, call_headers
 from gym_failures.client import observe_attempts, observed_failure, raise_boundary_failure
 from gym_failures.failure_transport import FailureHeader, RequestFailureLog, observe_failure
 from gym_failures.failures import ModelFailure
-from tests.conftest import ROOT
-from tests.processes import free_port, stop, wait_listening
+from tests.processes import free_port, serve_model
 
 KEY = "sk-gym-test-key-0123456789"
 
 
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
-    port = free_port()
-    command = [sys.executable, "-m", "gym_failures.cli", "serve", "model", "--port", str(port)]
-    process = subprocess.Popen(
-        [*command, "--api-key", KEY], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(process)
+    with serve_model(KEY) as url:
+        yield url
 
 
 @pytest.fixture

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,8 +14,7 @@ import pytest
 from gym_failures.client import observe_attempts, observed_failure, sdk_failure
 from gym_failures.failure_transport import FailureHeader, RequestFailureLog
 from gym_failures.failures import ModelFailure
-from tests.conftest import ROOT
-from tests.processes import free_port, stop, wait_listening
+from tests.processes import serve_model
 
 KEY = "sk-gym-test-key-0123456789"
 MESSAGES: list[Any] = [{"role": "user", "content": "What is 2 + 2?"}]
@@ -26,16 +23,8 @@ Clients = tuple[openai.OpenAI, anthropic.Anthropic]
 
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
-    port = free_port()
-    command = [sys.executable, "-m", "gym_failures.cli", "serve", "model", "--port", str(port)]
-    process = subprocess.Popen(
-        [*command, "--api-key", KEY], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(process)
+    with serve_model(KEY) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
