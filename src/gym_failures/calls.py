@@ -43,13 +43,14 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
 __all__ = [
     "CALL_ATTEMPT_HEADER",
     "CALL_ID_HEADER",
+    "MAX_CALL_ATTEMPT",
     "MAX_CALL_ID",
     "LogicalCall",
     "call_attempt_of",
@@ -66,7 +67,8 @@ CALL_ATTEMPT_HEADER = "X-Gym-Call-Attempt"
 """The request header that numbers an attempt within its call, from 1."""
 MAX_CALL_ID = 96
 """The longest call id read or sent: with `.<attempt>` it stays within an attempt id's 128 characters."""
-_MAX_ATTEMPT = 1_000_000
+MAX_CALL_ATTEMPT = 1_000_000
+"""The highest attempt number read."""
 
 _CURRENT: ContextVar[LogicalCall | None] = ContextVar("gym_failures_logical_call", default=None)
 
@@ -87,10 +89,6 @@ class LogicalCall:
         """Count one more attempt and return its number (1 for the first)."""
         self.attempts += 1
         return self.attempts
-
-    def attempt_id(self, attempt: int) -> str:
-        """The attempt id of attempt `attempt`: `<call id>.<attempt>`."""
-        return f"{self.call_id}.{attempt}"
 
     def headers(self, attempt: int) -> dict[str, str]:
         """The request headers of attempt `attempt` of this call."""
@@ -142,11 +140,4 @@ def call_attempt_of(value: object) -> int | None:
     if not isinstance(value, str) or not value.isascii() or not value.isdigit() or len(value) > 7:
         return None
     number = int(value)
-    return number if 0 < number <= _MAX_ATTEMPT else None
-
-
-def headers_call(headers: Mapping[str, str]) -> tuple[str | None, int | None]:
-    """The call id and attempt number a request's headers name (either may be `None`)."""
-    return call_id_of(headers.get(CALL_ID_HEADER.lower()) or headers.get(CALL_ID_HEADER)), call_attempt_of(
-        headers.get(CALL_ATTEMPT_HEADER.lower()) or headers.get(CALL_ATTEMPT_HEADER)
-    )
+    return number if 0 < number <= MAX_CALL_ATTEMPT else None

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gym_failures.calls import MAX_CALL_ID, call_id_of
+from gym_failures.calls import MAX_CALL_ATTEMPT, MAX_CALL_ID, call_id_of
 
 __all__ = ["MAX_ATTEMPTS", "Attempt", "Journal", "Outcome", "request_key"]
 
@@ -70,7 +70,7 @@ class Attempt(BaseModel):
     """The `x-stainless-retry-count` the official SDKs send (0 on a first attempt), when sent."""
     call_id: str | None = Field(default=None, max_length=MAX_CALL_ID)
     """The logical call the attempt names (`X-Gym-Call-Id`), when it sent a valid one."""
-    call_attempt: int | None = Field(default=None, ge=1, le=1_000_000)
+    call_attempt: int | None = Field(default=None, ge=1, le=MAX_CALL_ATTEMPT)
     """The attempt's number within its call (`X-Gym-Call-Attempt`, 1 for the first), when sent."""
 
     @field_validator("call_id")
