@@ -185,7 +185,6 @@ def _run_serve(arguments: argparse.Namespace) -> int:
     api_key = arguments.api_key or os.environ.get("GYM_FAILURES_API_KEY") or None
     if api_key and len(api_key) >= MIN_KNOWN_SECRET:
         register_secret(api_key)  # a failure text quoting it is scrubbed, whoever made it
-    listening = _listen(arguments.host, arguments.port)
     # One handler for the run (the command line's own warning handler would print every line twice).
     library = logging.getLogger("gym_failures")
     for handler in list(library.handlers):
@@ -213,6 +212,9 @@ def _run_serve(arguments: argparse.Namespace) -> int:
 
     if arguments.verdict_file is not None:
         _write_on_sigterm(write_verdict)
+    # Bound only now: a caller that sees the port accept connections may stop the server at once, and
+    # the verdict is written however early that comes.
+    listening = _listen(arguments.host, arguments.port)
     with contextlib.ExitStack() as running:
         running.callback(listening.close)
         running.callback(write_verdict)
