@@ -238,7 +238,11 @@ def _response_object(
         "tools": list(call.body.get("tools") or []),
         "usage": {
             "input_tokens": input_tokens,
+            # Required by the SDK's `ResponseUsage` and NeMo Gym's `NeMoGymResponse` when they
+            # validate a reply (construction does not check): no cache, no reasoning here.
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": input_tokens + output_tokens,
         },
     }
@@ -374,8 +378,8 @@ def _responses_stream(call: ModelCall, turn: Turn) -> StreamReply:
             )
             events.append(event("response.content_part.added", **where, part={**part, "text": ""}))
             for piece in _pieces(part["text"]):
-                events.append(event("response.output_text.delta", **where, delta=piece))
-            events.append(event("response.output_text.done", **where, text=part["text"]))
+                events.append(event("response.output_text.delta", **where, delta=piece, logprobs=[]))
+            events.append(event("response.output_text.done", **where, text=part["text"], logprobs=[]))
             events.append(event("response.content_part.done", **where, part=part))
         else:
             where = {"item_id": item["id"], "output_index": index}
@@ -417,9 +421,15 @@ def _chat_stream(call: ModelCall, turn: Turn) -> StreamReply:
             _sse(None, chunk({"tool_calls": [{"index": index, "function": {"arguments": tool.arguments}}]}))
         )
 
+    # As OpenAI and vLLM do when the request asks `stream_options.include_usage`: one more chunk after
+    # the finish, with no choices and the usage; the report stays in the finish chunk.
+    options = call.body.get("stream_options")
+    usage = isinstance(options, Mapping) and options.get("include_usage") is True
+
     def terminal(report_field: Mapping[str, Any]) -> list[bytes]:
         last = {**chunk({}, _finish_reason(turn)), **report_field}
-        return [_sse(None, last), _sse(None, "[DONE]")]
+        tail = [_sse(None, {**head, "choices": [], "usage": _chat_usage(call, turn)})] if usage else []
+        return [_sse(None, last), *tail, _sse(None, "[DONE]")]
 
     return StreamReply(events, terminal)
 
