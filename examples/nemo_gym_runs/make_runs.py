@@ -236,7 +236,9 @@ def gym_failures_reading(run: Path, max_attempts: int = MAX_ATTEMPTS) -> dict[st
             "masked": masked,
             "degraded": degraded,
             "failed": len(final),
-            "retried_attempts": len(side) - len(final),
+            # An open rollout's last failure row waits for the resume: not retried yet.
+            "retried_attempts": len(side) - len(final) - sum(1 for key in open_rollouts if attempts.get(key)),
+            "unfinished_attempts": sum(1 for key in open_rollouts if attempts.get(key)),
             "missing": len(owed) - len(done) - len(final),
             "not_persisted_rows": 0,
         },

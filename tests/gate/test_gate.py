@@ -37,6 +37,7 @@ from gym_failures.gate import (
 from gym_failures.gate import _answers as gate_answers
 from gym_failures.gate import _coverage as gate_coverage
 from gym_failures.gate import _verdict as gate_verdict
+from gym_failures.gate._table import coverage_note
 from gym_failures.reporting.explain import explain_row
 from tests.saved_rows import (
     chat_completion,
@@ -243,11 +244,28 @@ def test_a_rollout_with_only_retried_attempts_is_missing() -> None:
     assert (coverage.expected, coverage.scored, coverage.missing) == (2, 1, 1)
 
 
-def test_a_failure_row_whose_final_is_not_literally_true_is_a_retried_attempt() -> None:
+def test_a_failure_row_whose_final_is_not_literally_true_is_not_final() -> None:
     row = failure_row(oom_chain(), "0:0")
     row["final"] = "yes"
     coverage = _coverage([row])
-    assert (coverage.retried_attempts, coverage.missing) == (1, 1)
+    assert (coverage.retried_attempts, coverage.unfinished_attempts, coverage.missing) == (0, 1, 1)
+
+
+def test_an_attempt_is_retried_only_when_a_later_attempt_of_its_rollout_came() -> None:
+    """Issue 31: NeMo Gym's failed `/run` waits for its `--resume`; it was counted "retried"."""
+    first, second = failure_row(oom_chain(), "0:0"), failure_row(oom_chain(), "0:0")
+    first["final"] = second["final"] = False
+    second["attempt"] = 2
+    waiting = failure_row(oom_chain(), "1:0")
+    waiting["final"] = False
+    replaced = failure_row(oom_chain(), "2:0")
+    replaced["final"] = False
+    coverage = _coverage([first, second, waiting, replaced, {**success_row("2:0"), "attempt": 2}])
+    assert (coverage.retried_attempts, coverage.unfinished_attempts) == (2, 2)
+    assert (coverage.missing, coverage.scored) == (2, 1)
+    note = coverage_note(coverage)
+    waiting_note = "2 failed attempts not retried yet (not final: a resume retries them)"
+    assert note == f"2 retried attempts (not outcomes); {waiting_note}"
 
 
 def test_expected_defaults_to_the_rollouts_seen() -> None:
@@ -305,9 +323,9 @@ def test_a_terminal_legacy_row_is_a_final_failure() -> None:
     assert (coverage.expected, coverage.failed["evaluation"]) == (1, 1)
 
 
-def test_a_non_terminal_legacy_row_is_a_retried_attempt() -> None:
+def test_a_non_terminal_legacy_row_alone_is_not_retried_yet() -> None:
     coverage = _coverage([legacy_failure_row("judge_failed", terminal=False, task=0)])
-    assert (coverage.retried_attempts, coverage.missing) == (1, 1)
+    assert (coverage.retried_attempts, coverage.unfinished_attempts, coverage.missing) == (0, 1, 1)
 
 
 def test_a_row_with_neither_result_nor_failure_is_skipped() -> None:

@@ -177,3 +177,28 @@ def test_a_tainted_success_with_an_unreadable_report_says_so(tmp_path: Path) -> 
     words = " ".join(output.split())
     assert "success · tainted: built on a call that ended in failure (unreadable) · reward 1" in words
     assert "[omitted] this report lost events on the way" in output
+
+
+def test_a_failure_is_called_retried_only_when_a_later_attempt_of_its_rollout_came(tmp_path: Path) -> None:
+    """Issue 31: NeMo Gym's first failed `/run` waits for its `--resume`, and was labelled "retried"."""
+    from gym_failures.reporting.explain import rollout_rows
+    from tests.saved_rows import oom_chain
+
+    rows = [
+        failure_row(oom_chain(), "0:0", attempt=1, final=False),
+        success_row("0:0", attempt=2),
+        failure_row(oom_chain(), "1:0", attempt=1, final=False),
+    ]
+    path = write_jsonl(tmp_path / "rollouts.jsonl", rows)
+    first, second = rollout_rows([path], "0:0")
+    assert (first.retried, second.retried) == (True, None)
+    assert first.not_final_label == " · retried"
+    (waiting,) = rollout_rows([path], "1:0")
+    assert waiting.retried is False
+    assert waiting.not_final_label == " · not final, not retried yet (a resume retries it)"
+    assert explain_row(rows[2]).not_final_label == " · not final"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["explain", str(path), "--rollout", "1:0"]) == 0
+    assert "not retried yet" in out.getvalue()
+    assert "· retried" not in out.getvalue()

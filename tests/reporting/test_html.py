@@ -221,5 +221,5 @@ def test_the_report_holds_the_gates_outcomes_by_kind_and_its_notes(tmp_path: Pat
     assert "Outcomes by kind" in words
     assert "Degraded (scored, a failure kind named): judge_failed 1" in words
     assert "degraded (scored, a failure kind named): judge_failed 1" in gate_text
-    assert "1 retried attempt (not outcomes)" in words
+    assert "0 retried attempts (not outcomes); 1 failed attempt not retried yet" in words
     assert "masked 1" in words

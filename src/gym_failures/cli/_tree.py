@@ -117,7 +117,7 @@ def explanation_tree(explanation: RowExplanation) -> Tree:
         if explanation.final:
             title.append(f" · final ({_clean(explanation.final_reason or 'final')})")
         elif explanation.final is False:
-            title.append(" · retried")
+            title.append(explanation.not_final_label)
     tree = Tree(title)
     failure = explanation.failure
     if failure is not None:

@@ -162,7 +162,11 @@ class Coverage:
     """Whether tainted results were judged as any success (`score_tainted`): then `tainted` counts a
     part of the other outcomes, as `degraded` does."""
     retried_attempts: int = 0
-    """Failure rows that were not final: attempts a later one replaced."""
+    """Failure rows that were not final and that a later attempt of their rollout replaced."""
+    unfinished_attempts: int = 0
+    """Failure rows that were not final and are still their rollout's last attempt: nothing retried
+    them yet (NeMo Gym's failed `/run` waiting for its `--resume`, or a run stopped early). Neither
+    retried nor outcomes: their rollouts are missing until a resume settles them."""
     missing: int
     """Expected rollouts without a final outcome."""
     left_no_row: int = 0
@@ -365,7 +369,11 @@ def rollout_coverage(
     against that many valid members each (`Coverage.groups`)."""
     outcomes: dict[str, _Outcome] = {}
     seen: set[str] = set()
-    retried = other = not_persisted = 0
+    other = not_persisted = 0
+    # The attempts of rows that were not final, per rollout, and each rollout's latest attempt: an
+    # attempt was retried only when a later one of its rollout came.
+    not_final: dict[str, list[int]] = {}
+    latest: dict[str, int] = {}
     # NeMo Gym's own failure rows, per rollout: one attempt a row, whatever their attempt indices say.
     nemo_failures: dict[str, list[Mapping[str, Any]]] = {}
     for index, raw in enumerate(rows):
@@ -379,9 +387,11 @@ def rollout_coverage(
         key = row.get("rollout_id")
         key = key if isinstance(key, str) else f"<row {index}>"
         seen.add(key)
+        attempt = _attempt(row)
+        latest[key] = max(latest.get(key, attempt), attempt)
         outcome = _outcome(row, rules, config, score_tainted)
         if outcome is None:
-            retried += 1
+            not_final.setdefault(key, []).append(attempt)
             if row.get("from_nemo_gym") is True:
                 nemo_failures.setdefault(key, []).append(row)
             continue
@@ -395,8 +405,15 @@ def rollout_coverage(
             # counts it, and the last row is the final failure (no longer a retried attempt).
             closing = {**failures[-1], "final": True, "final_reason": "attempt_budget_exhausted"}
             outcomes[key] = cast(_Outcome, _outcome(closing, rules, config))
-            retried -= 1
+            not_final[key].pop()
+    retried = unfinished = 0
+    for key, attempts in not_final.items():
+        # A rollout has one last attempt (rows that carry no attempt index: the last of them).
+        last = int(key not in outcomes and bool(attempts) and max(attempts) == latest[key])
+        unfinished += last
+        retried += len(attempts) - last
     coverage = _coverage(outcomes, len(seen), retried, other, expected, score_tainted)
+    coverage = replace(coverage, unfinished_attempts=unfinished)
     owed = None
     if inventory is not None and expected is None:
         coverage = _against_inventory(coverage, outcomes, seen, inventory)

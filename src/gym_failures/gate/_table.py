@@ -208,8 +208,12 @@ def skipped_text(invalid_lines: int, torn_tails: int, other_rows: int = 0) -> st
 
 
 def coverage_note(coverage: Coverage) -> str:
-    """The note below the outcomes: retried attempts (which are no outcomes) and the lines skipped."""
+    """The note below the outcomes: retried attempts and attempts not retried yet (which are no
+    outcomes), and the lines skipped."""
     notes = [f"{_plural(coverage.retried_attempts, 'retried attempt')} (not outcomes)"]
+    if coverage.unfinished_attempts:
+        waiting = _plural(coverage.unfinished_attempts, "failed attempt")
+        notes.append(f"{waiting} not retried yet (not final: a resume retries them)")
     skipped = skipped_text(coverage.invalid_lines, coverage.torn_tails, coverage.other_rows)
     if skipped:
         notes.append(skipped)

@@ -109,6 +109,10 @@ class RowExplanation(BaseModel):
     attempt: int | None = None
     final: bool | None = None
     final_reason: str | None = None
+    retried: bool | None = None
+    """For a failure that was not final: whether a later attempt of its rollout is among the rows
+    read (`rollout_rows`); False when none is (NeMo Gym's failed `/run` waits for its `--resume`, or
+    the run stopped); None when only this row was read."""
     reward: float | None = None
     masked: bool = False
     """A complete result that must not be trained on (NeMo Gym's `mask_sample`)."""
@@ -133,6 +137,13 @@ class RowExplanation(BaseModel):
     observations: list[EventNode] = []
     problem: str | None = None
     """Why an invalid, torn or other line is no rollout row."""
+
+    @property
+    def not_final_label(self) -> str:
+        """How a failure that was not final is labelled, by whether a later attempt retried it."""
+        if self.retried is False:
+            return " · not final, not retried yet (a resume retries it)"
+        return " · retried" if self.retried else " · not final"
 
 
 # A cause chain deeper than this is shown to this depth, the rest counted (`causes_cut`): no real chain
@@ -344,7 +355,14 @@ def rollout_rows(paths: Iterable[Path], rollout_id: str) -> list[RowExplanation]
             if row.get("rollout_id") != rollout_id or not is_rollout_row(row):
                 continue
             found.append(explain_row(row, str(path), number))
-    return sorted(found, key=lambda item: (item.attempt or 0, item.outcome == "success"))
+    found.sort(key=lambda item: (item.attempt or 0, item.outcome == "success"))
+    # A failure that was not final was retried only when a later row of its rollout came.
+    return [
+        item.model_copy(update={"retried": position < len(found) - 1})
+        if item.outcome == "failure" and item.final is False
+        else item
+        for position, item in enumerate(found)
+    ]
 
 
 def longest_chain(files: Iterable[Path]) -> RowExplanation | None:
