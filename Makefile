@@ -13,7 +13,9 @@ BENCH_STAMP := $(VENV)/.bench-installed
 # The real NeMo Gym 0.7.0, a test peer: its collector, resume, aggregation, record models and server
 # classes run in their own Python 3.13 venv (0.7.0 asks for Python >= 3.13.14; pyenv's 3.13 runs it,
 # hence --ignore-requires-python). Its requirements file pins what its modules import, as one working
-# install resolved them; --no-deps keeps pip from chasing what 0.7.0 lists but never imports (mlflow).
+# install resolved them; --no-deps keeps pip from chasing what the tests never import: mlflow, which 0.7.0
+# imports only for its data preparation and dataset commands (nemo_gym/gitlab_utils.py: `gym eval run`
+# without `--no-serve`, `gym dataset`) and its exporters; the peer tests run the code behind `--no-serve`.
 # gym-failures goes in beside it, editable, for the tests whose NeMo Gym servers run our middleware.
 PY313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) $(shell command -v python3.13 2>/dev/null))
 NG_VENV := .venv-nemo-gym
