@@ -181,7 +181,9 @@ def _instant_worker(kb: int) -> type[Any]:
     body = json.dumps({"result": result}).encode()
 
     class Answered(AttemptDispatcher):
-        async def _attempt(self, session: Any, rollout: PendingRollout, attempt: int) -> Any:
+        async def _attempt(
+            self, session: Any, rollout: PendingRollout, attempt: int, meter: Any = None
+        ) -> Any:
             # What `_attempt` makes of a 200 reply with this body, the reply read as it is there.
             seen = AttemptSeen(source="environment", delivery="delivered", http_status=200)
             return BaseEpisodeResponse.model_validate_json(body), FailureReport(), seen

@@ -31,6 +31,10 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
     _stream_relay.py                relay_stream and sse_event: a stream passed on, its report read
     calls.py                        the logical call: every attempt of one request, its outcome the
                                     last attempt's (`logical_call`, the X-Gym-Call-Id headers)
+    _usage.py                       token usage read from a model reply (OpenAI Responses, Chat
+                                    Completions, Anthropic Messages) and summed per request
+    _attempt_cost.py                what an attempt cost: the X-Gym-Model-Calls header (the calls a
+                                    request made, their attempts, tokens) and the row keys of it
     client/               READ      the caller: rebuild a reply's failure, map transport errors, retry
     _stream_reader.py     READ      the terminal SSE event of a relayed stream
     failure_transport.py            the reference's transport names, re-exported from their homes

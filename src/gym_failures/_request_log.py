@@ -25,6 +25,10 @@ Decisions:
   call in the order the calls began is named. The failure a call ends in is kept past `MAX_EVENTS`
   (`keep`, up to as many again), so a long episode's last cut is named however many failures came
   before it.
+- The log also sums the tokens the model replies it read reported (`add_usage`, a `UsageTally` left
+  unset until the first reply: the success path pays nothing for it), once per reply id, so that the
+  SDK hook and an agent that reports the same reply itself count it once. The middleware sends the
+  sums with the calls' counts (`gym_failures._attempt_cost`), never in the failure report.
 """
 
 from __future__ import annotations
@@ -84,6 +88,17 @@ def _empty_report() -> FailureReport:
     return EMPTY_REPORT
 
 
+@dataclass(slots=True)
+class UsageTally:
+    """The tokens the model replies a request read reported, summed: `None` where no reply reported
+    that figure."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    replies: set[str] = field(default_factory=set)
+    """The ids of the replies added, so that a reply reported twice counts once."""
+
+
 @dataclass(slots=True, init=False)
 class RequestFailureLog:
     """The failures observed while one server request is served, other than the request's own failure.
@@ -115,6 +130,8 @@ class RequestFailureLog:
     )
     """The scope `request_secrets` last read and the credential values it found there: every record
     made in the request asks (`gym_failures._request_context`)."""
+    model_usage: UsageTally | None = field(default=None, init=False, repr=False, compare=False)
+    """The tokens the request's model replies reported (`add_usage`); unset until the first."""
     observed: bool = field(default=False, init=False, repr=False, compare=False)
     """Whether `add` kept anything (an event, or the omitted flag): the middleware asks on every reply,
     and a flag costs a tenth of reading the report's fields (measured: 0.08 us a request)."""
@@ -187,6 +204,38 @@ class RequestFailureLog:
                 operations[observation.operation_id] = observation
             else:
                 self.dropped_model_operations += 1
+
+    def operations(self) -> tuple[ModelOperationObservation, ...]:
+        """The calls observed so far (their latest observations), read under the lock: worker threads
+        may add one while the reply is being made."""
+        with _LOCK:
+            return tuple(self.model_operations.values())
+
+    def usage(self) -> UsageTally | None:
+        """The tokens the request's model replies reported, or `None` when none did."""
+        try:
+            # Left unset by `__init__`, so the success path pays nothing for it.
+            return self.model_usage
+        except AttributeError:
+            return None
+
+    def add_usage(self, usage: Mapping[str, int], reply_id: str | None = None) -> None:
+        """Add one reply's figures (`input_tokens`, `output_tokens`, read and bounded by
+        `gym_failures._usage.usage_of`) to the request's sums, unless a reply of the same id was added
+        already. At most `_MAX_MODEL_OPERATIONS` ids are kept; a later reply is added without one."""
+        with _LOCK:
+            tally = self.usage()
+            if tally is None:
+                tally = self.model_usage = UsageTally()
+            if reply_id is not None:
+                if reply_id in tally.replies:
+                    return
+                if len(tally.replies) < self._MAX_MODEL_OPERATIONS:
+                    tally.replies.add(reply_id)
+            if "input_tokens" in usage:
+                tally.input_tokens = (tally.input_tokens or 0) + usage["input_tokens"]
+            if "output_tokens" in usage:
+                tally.output_tokens = (tally.output_tokens or 0) + usage["output_tokens"]
 
     def request_secrets(self) -> list[str]:
         """The request's own credential values (credential headers, cookies, query values) that a

@@ -61,6 +61,12 @@ Decisions:
   failure caused), so the failure's `cause_id`, report, `retry_hint_s` and log line all see it and the
   traceback still shows the status error. Only a status error without a cause of its own is linked:
   one raised `from` something keeps that (an HTTP library raises its status error from nothing).
+- A reply (a success, or the failure reply) whose request made model calls (its log kept a
+  `ModelOperationObservation`) carries `X-Gym-Model-Calls`: the calls, their attempts, the failed
+  ones and the tokens the replies reported (`gym_failures._attempt_cost`), which `collect` saves on
+  the attempt's row. A header apart from the failure report, whose model (`FailureReport`, extra
+  fields forbidden) older peers must keep reading; checking for it costs a reply without model calls
+  one attribute read.
 - The log line for a failed request carries the kind, the event id, the raising frame and the
   redacted reason at ERROR (the whole stack, frames only, at DEBUG), never `str(exc)` or a formatted
   exception, whose last line quotes it.
@@ -79,6 +85,7 @@ from collections.abc import (
 )
 from typing import Any
 
+from gym_failures._attempt_cost import with_model_calls_header
 from gym_failures._error_body import ERROR_TYPES, ErrorShape, error_body
 from gym_failures._http_status import error_status
 from gym_failures._request_log import CURRENT_REQUEST_LOG
@@ -179,6 +186,8 @@ class FailureReportMiddleware:
                         if name in _HEADER_NAMES:
                             message = _with_report_header(message, log)
                             break
+                if log.model_operations:
+                    message = {**message, "headers": with_model_calls_header(message["headers"], log)}
             await send(message)
 
         try:
@@ -293,6 +302,8 @@ class FailureReportMiddleware:
             headers.append((b"retry-after", str(math.ceil(wait)).encode("ascii")))
         if fitted.header_value is not None:
             headers.append((_HEADER_NAME, fitted.header_value.encode("ascii")))
+        if log.model_operations:
+            headers = with_model_calls_header(headers, log)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 

@@ -10,6 +10,11 @@ On the wire a call is named by two request headers, which the client helpers sen
     X-Gym-Call-Id       the call's id: printable ASCII, at most `MAX_CALL_ID` characters
     X-Gym-Call-Attempt  the attempt's number within the call, 1 for the first
 
+A server running `FailureReportMiddleware` reports the calls its request made in one reply header,
+`X-Gym-Model-Calls` (`MODEL_CALLS_HEADER`; its format and bounds in `gym_failures._attempt_cost`):
+the calls, their attempts, the attempts that failed and the tokens the replies reported, which the
+collector saves on the attempt's row (`_gf_model_calls`).
+
 `logical_call()` opens a call for a block: every attempt made inside it (an SDK's retries, a
 re-issued stream after a cut, `retry_model_call`'s attempts) is an attempt of that call, and
 `call_headers()` gives the headers of the next attempt for a client that sends them itself::
@@ -52,6 +57,7 @@ __all__ = [
     "CALL_ID_HEADER",
     "MAX_CALL_ATTEMPT",
     "MAX_CALL_ID",
+    "MODEL_CALLS_HEADER",
     "LogicalCall",
     "call_attempt_of",
     "call_headers",
@@ -69,6 +75,9 @@ MAX_CALL_ID = 96
 """The longest call id read or sent: with `.<attempt>` it stays within an attempt id's 128 characters."""
 MAX_CALL_ATTEMPT = 1_000_000
 """The highest attempt number read."""
+MODEL_CALLS_HEADER = "X-Gym-Model-Calls"
+"""The reply header that counts the logical calls a request made and their attempts
+(`gym_failures._attempt_cost`)."""
 
 _CURRENT: ContextVar[LogicalCall | None] = ContextVar("gym_failures_logical_call", default=None)
 

@@ -133,6 +133,7 @@ __all__ = [
     "ROLLOUT_ID",
     "ROLLOUT_INDEX",
     "ROW_OWN_KEYS",
+    "RUN_FAILED_CLASSES",
     "TASK_ID",
     "TASK_INDEX",
     "Inventory",
@@ -148,6 +149,7 @@ __all__ = [
     "read_nemo_gym",
     "reported_failure",
     "result_metrics",
+    "run_failed_class",
     "success_keys",
     "truthy",
     "written_by_gym_failures",
@@ -597,17 +599,41 @@ def result_metrics(result: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+RUN_FAILED_CLASSES: Final = ("agent_run_error", "agent_request_failed")
+"""The classes NeMo Gym 0.7.0's collector writes for a `/run` that came back without a result
+(`_agent_request_failure_row`, nemo_gym/rollout_collection.py:1624): `agent_run_error` when the agent
+answered a status that says the rollout ran and broke, `agent_request_failed` for a gateway status
+(429, 502, 503, 504) or no reply at all."""
+
+_SERVER_DID_NOT_RUN: Final = frozenset({429, 502, 503, 504})
+
+
+def run_failed_class(http_status: int | None) -> str:
+    """The class NeMo Gym writes for a failed `/run` answered `http_status` (None: no reply)."""
+    ran = http_status is not None and http_status not in _SERVER_DID_NOT_RUN
+    return RUN_FAILED_CLASSES[0] if ran else RUN_FAILED_CLASSES[1]
+
+
 def failure_keys(
     failure: Mapping[str, Any],
     *,
     exception_type: str | None,
     http_status: int | None,
     response_body: str | None,
+    run_failed: bool = False,
 ) -> dict[str, Any]:
-    """The NeMo Gym keys that describe a failed attempt (`failure` is the `EpisodeFailure` as JSON)."""
+    """The NeMo Gym keys that describe a failed attempt (`failure` is the `EpisodeFailure` as JSON).
+
+    `run_failed`: the `/run` came back without a result (a failed status, or no reply): its class is
+    the one NeMo Gym writes for it (`run_failed_class`), so that NeMo Gym's
+    `count_failure_classes_as_zero` counts it as it counts its own; the finer kind stays in the row's
+    `failure`. Otherwise (an episode failure the agent answered) the class is the failure's kind, as a
+    NeMo Gym agent writes its own class."""
     keys: dict[str, Any] = {FAILURE_TERMINAL: failure.get("terminal") is True}
     kind = failure.get("failure_kind")
-    if isinstance(kind, str):
+    if run_failed:
+        keys[FAILURE_CLASS] = run_failed_class(http_status)
+    elif isinstance(kind, str):
         keys[FAILURE_CLASS] = kind
     keys[FAILURE_MESSAGE] = failure.get("failure_reason", "")
     stage = failure.get("stage")

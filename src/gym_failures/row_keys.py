@@ -17,6 +17,27 @@ A failure row the collector retries also says how long it waits before the rollo
 `_gf_retry_wait_s` (seconds), and why, `_gf_retry_wait_from` (`backoff`, or `retry_after`: the
 failure's own hint). These are saved keys only: no contract key stands for them.
 
+With retry rules (`collect --retry-rule`, `gym_failures.collection._retry_rules`) every failure row
+also says which rule decided its budget, `_gf_retry_rule`: `{"rule": <its name, `#N` for the N-th
+unnamed rule, or null when none matched>, "max_attempts": <the budget applied>, "retry": <whether the
+rollout goes on>}`, with `"max_retries_per_run"` when the rule caps its retries. A saved key only; a
+run without rules writes none.
+
+Every attempt's row, success or failure, also says what the attempt cost (issue 30; written by
+`gym_failures.collection`, built by `gym_failures._attempt_cost`, read back validated by
+`gym_failures._attempt_cost.read_attempt_cost`). Saved keys only, like the two above:
+
+- `_gf_duration_s`: the attempt's wall time in seconds, rounded to the millisecond, as the collector
+  measured it on its monotonic clock from sending the `/run` request to reading the reply (on a Ray
+  worker, the worker's clock). A failure row made for an attempt whose worker was lost has none.
+- `_gf_usage`: `{"input_tokens": int, "output_tokens": int}`, only the figures known; absent when
+  nothing reported any. The agent's sums over every model reply it read (`_gf_model_calls`) when it
+  reported them, else, on a success row, the usage the result's `response` reports (OpenAI Responses,
+  Chat Completions or Anthropic Messages shape: `gym_failures._usage`).
+- `_gf_model_calls`: `{"calls", "attempts", "failed_attempts"}` (and `input_tokens`,
+  `output_tokens` when the agent summed any): the logical model calls the agent made for this `/run`
+  and their attempts, from its reply's `X-Gym-Model-Calls` header; absent when it sent none.
+
 A key NeMo Gym already keeps is not written twice; a key only gym-failures keeps is under the one
 prefix `_gf_`. `rollout_id` (`"<task>:<rollout>"`, a string: never a metric) stays at the top level,
 where `explain` finds a rollout's rows without parsing the others; `result`, `failure` and
@@ -36,13 +57,17 @@ from typing import Any, Final
 
 __all__ = [
     "CLOSED_ON_RESUME",
+    "DURATION_S",
     "FINAL",
     "FINAL_REASON",
+    "MODEL_CALLS",
     "PREFIX",
+    "RETRY_RULE",
     "RETRY_WAIT_FROM",
     "RETRY_WAIT_S",
     "SAVED_AS",
     "TASK_ID",
+    "USAGE",
     "read_saved_keys",
     "saved",
 ]
@@ -54,6 +79,10 @@ CLOSED_ON_RESUME: Final = "_gf_closed_on_resume"
 TASK_ID: Final = "_gf_task_id"
 RETRY_WAIT_S: Final = "_gf_retry_wait_s"
 RETRY_WAIT_FROM: Final = "_gf_retry_wait_from"
+RETRY_RULE: Final = "_gf_retry_rule"
+DURATION_S: Final = "_gf_duration_s"
+USAGE: Final = "_gf_usage"
+MODEL_CALLS: Final = "_gf_model_calls"
 
 SAVED_AS: Mapping[str, str] = {
     "final": FINAL,

@@ -21,7 +21,8 @@ top level, where NeMo Gym reads it; `normalized` puts it back), and copies of th
 metrics where NeMo Gym averages them (`gym_failures.nemo_gym.result_metrics`; `result` stays the
 result, and a key that is the row's own is never copied). A failure row (in
 `<output>_failures.jsonl`) adds `failure` (the `EpisodeFailure`), `final` (no attempt will follow) and
-`final_reason` (`terminal` or `attempt_budget_exhausted`, `null` while retries remain); it never has a
+`final_reason` (`terminal`, `attempt_budget_exhausted`, `possibly_delivered`, or with retry rules
+`retry_rule_budget_exhausted` or `retry_cap_reached`; `null` while retries remain); it never has a
 `reward`.
 A row with neither `result` nor `failure` (a record a tool wrote beside the rollouts) is no outcome of
 any rollout (`is_rollout_row`): readers skip or count it apart.

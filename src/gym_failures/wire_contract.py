@@ -39,6 +39,19 @@ class _AgentRef(BaseModel):
     name: str = Field(description="The agent's name (`--agent-name`): what NeMo Gym's aggregation groups by.")
 
 
+class _TokenUsage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    input_tokens: int | None = Field(default=None, ge=0, le=10**12, description="Input (prompt) tokens.")
+    output_tokens: int | None = Field(default=None, ge=0, le=10**12, description="Output tokens.")
+
+
+class _ModelCalls(_TokenUsage):
+    calls: int = Field(ge=1, description="The logical model calls the agent made for the attempt.")
+    attempts: int = Field(ge=1, description="Their attempts: SDK retries and client retries together.")
+    failed_attempts: int = Field(ge=0, description="The attempts that failed (at most `attempts`).")
+
+
 class _RowBase(BaseModel):
     """The keys every row saves: its identity as NeMo Gym keeps it, nothing NeMo Gym would average
     (`gym_failures.row_keys`; rows saved before issue 19 had `task_index`, `rollout_index` and
@@ -62,6 +75,22 @@ class _RowBase(BaseModel):
     gf_task_id: Any = Field(
         default=None, alias="_gf_task_id", description="The input row's `id` or `task_id`, when it has one."
     )
+    gf_duration_s: float | None = Field(
+        default=None,
+        alias="_gf_duration_s",
+        ge=0,
+        description="The attempt's wall time in seconds (to the millisecond), as the collector measured it.",
+    )
+    gf_usage: _TokenUsage | None = Field(
+        default=None,
+        alias="_gf_usage",
+        description="The tokens the attempt's model replies reported, only the figures known.",
+    )
+    gf_model_calls: _ModelCalls | None = Field(
+        default=None,
+        alias="_gf_model_calls",
+        description="The agent's model calls for the attempt, from its reply's `X-Gym-Model-Calls` header.",
+    )
     ng_failure_events: dict[str, FailureEvent] | None = Field(default=None, alias="_ng_failure_events")
     ng_failure_id: str | None = Field(default=None, alias="_ng_failure_id")
     ng_failure_events_omitted: bool | None = Field(default=None, alias="_ng_failure_events_omitted")
@@ -79,14 +108,34 @@ class SuccessRow(_RowBase):
     mask_sample: bool | None = Field(default=None, description="A complete result not to be trained on.")
 
 
+class _RetryRuleDecision(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    rule: str | None = Field(
+        description="The rule's name, `#N` for the N-th rule (unnamed), or null: no rule matched."
+    )
+    max_attempts: int = Field(ge=1, description="The attempt budget applied to this failure.")
+    retry: bool = Field(description="Whether the rollout goes on to another attempt.")
+    max_retries_per_run: int | None = Field(
+        default=None, ge=0, description="The rule's cap on the retries it grants in one run, when it has one."
+    )
+
+
 class FailureRow(_RowBase):
     """A row of `<output>_failures.jsonl`: one failed attempt."""
 
     failure: EpisodeFailure
     gf_final: bool = Field(alias="_gf_final", description="No attempt follows this one.")
-    gf_final_reason: Literal["terminal", "attempt_budget_exhausted", "possibly_delivered"] | None = Field(
-        alias="_gf_final_reason"
-    )
+    gf_final_reason: (
+        Literal[
+            "terminal",
+            "attempt_budget_exhausted",
+            "possibly_delivered",
+            "retry_rule_budget_exhausted",
+            "retry_cap_reached",
+        ]
+        | None
+    ) = Field(alias="_gf_final_reason")
     gf_closed_on_resume: bool | None = Field(default=None, alias="_gf_closed_on_resume")
     gf_retry_wait_s: float | None = Field(
         default=None,
@@ -98,6 +147,11 @@ class FailureRow(_RowBase):
         default=None,
         alias="_gf_retry_wait_from",
         description="Where that wait came from: the collector's backoff, or the failure's own hint.",
+    )
+    gf_retry_rule: _RetryRuleDecision | None = Field(
+        default=None,
+        alias="_gf_retry_rule",
+        description="With retry rules (`collect --retry-rule`): the rule that decided this failure's budget.",
     )
     rollout_failure: RolloutFailure | None = None
     ng_failure_class: str | None = Field(default=None, alias="_ng_failure_class")

@@ -472,3 +472,24 @@ def test_a_directory_of_runs_names_them(tmp_path: Path) -> None:
         f"{tmp_path}: no row files (*.jsonl) in this directory; it holds 4 runs: {newest}, "
         f"{shlex.quote(str(tmp_path / '20261130T100000Z'))} and 1 more (name one)"
     )
+
+
+def test_a_fresh_nemo_gym_run_needs_the_agents_name(tmp_path: Path) -> None:
+    """Issue 31: without `--agent-name` every row named the agent `agent`, which NeMo Gym refuses."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"responses_create_params": {"input": "2 + 2?"}}\n')
+    output = tmp_path / "run.jsonl"
+    code, _, err = _run(
+        "collect",
+        tasks,
+        "--agent-url",
+        "http://127.0.0.1:9",
+        "--output",
+        output,
+        "--agent-protocol",
+        "nemo-gym",
+    )
+    assert code == EXIT_USAGE
+    assert "--agent-protocol nemo-gym needs --agent-name" in err
+    assert "Traceback" not in err
+    assert not output.exists()

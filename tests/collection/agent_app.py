@@ -89,6 +89,14 @@ async def run(request: Request) -> Response:
                 failure_report=reply_failure_report(down),
             )
             return JSONResponse(episode.model_dump(mode="json"))
+    if mode == "fail_rollouts":
+        # Some members of a prompt group fail their first attempt (issue 30's short groups): the
+        # rollouts whose index the task's `fail` lists, at attempt 1; every other attempt succeeds.
+        rollout = int(str(body["rollout_id"]).rpartition(":")[2])
+        if attempt == 1 and rollout in task["fail"]:
+            failed = EpisodeFailure(failure_kind="agent_run_error", failure_reason="failed", terminal=False)
+            return JSONResponse(BaseEpisodeResponse(failure=failed).model_dump(mode="json"))
+        return JSONResponse(BaseEpisodeResponse(result={"reward": 1.0}).model_dump(mode="json"))
     if mode == "raise":
         raise ModelFailure(failure_kind="model_server_error", failure_reason="upstream 503", http_status=503)
     if mode == "garbage":

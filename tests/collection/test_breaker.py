@@ -353,7 +353,8 @@ def test_a_breaker_asked_for_on_ray_is_warned_about(capsys: pytest.CaptureFixtur
 
     from gym_failures.cli._collect import _defaulted_options
 
-    given = {"max_attempts": None, "agent_name": None, "backoff_initial": None, "wait_ready": None}
+    given: dict[str, object] = {"max_attempts": None, "agent_name": None, "backoff_initial": None}
+    given.update(wait_ready=None, min_valid_per_group=None, fill_short_groups=False)
     assert _defaulted_options(Namespace(**given, breaker=5, ray="")) == {"breaker_attempts": 5}
     assert "--breaker has no effect with --ray" in capsys.readouterr().err
     assert _defaulted_options(Namespace(**given, breaker=None, ray="")) == {}

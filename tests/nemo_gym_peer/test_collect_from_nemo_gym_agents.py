@@ -39,6 +39,10 @@ OURS = frozenset(
         "_ng_failure_events",
         "_ng_failure_id",
         "_ng_failure_events_omitted",
+        "_gf_duration_s",
+        "_gf_usage",
+        "_gf_model_calls",
+        "_gf_retry_rule",
     }
 )
 """gym-failures' own keys on a row (`gym_failures.row_keys`, `failure_transport.FailureReportRow`)."""
@@ -74,6 +78,8 @@ FAILED_RUN = [
 ]
 """Every `/run` that fails: a failure row as gym-failures' collector makes them."""
 MIX = ANSWERED + FAILED_RUN
+COUNTED = ["agent_run_error", "agent_request_failed"]
+"""The classes NeMo Gym writes for a failed `/run`, counted as zeros (`+count_failure_classes_as_zero`)."""
 RESUMABLE = [
     _task(30),
     _task(31, outcomes=["agent_failure", "success"]),
@@ -94,6 +100,9 @@ class Runs:
     ours_summary: dict[str, Any]
     nemo_gym_aggregated: NemoGymReading
     ours_aggregated: NemoGymReading
+    nemo_gym_counted: NemoGymReading
+    """NeMo Gym's aggregation of its run with `count_failure_classes_as_zero` (`COUNTED`)."""
+    ours_counted: NemoGymReading
     nemo_gym_resumed: NemoGymReading
     """NeMo Gym's resume (budget 1) of a copy of its own run."""
     ours_resumed_by_nemo_gym: NemoGymReading
@@ -139,6 +148,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory, peer_world: NemoGymWorld) -> 
         summary = json.loads(out)
         nemo_gym_aggregated = world.aggregate(root / "nemo_gym")
         ours_aggregated = world.aggregate(ours / "rollouts.jsonl")
+        nemo_gym_counted = world.aggregate(root / "nemo_gym", count_failure_classes_as_zero=COUNTED)
+        ours_counted = world.aggregate(ours / "rollouts.jsonl", count_failure_classes_as_zero=COUNTED)
         shutil.copytree(root / "nemo_gym", root / "nemo_gym_copy")
         nemo_gym_resumed = world.collect(
             root / "nemo_gym_copy", tasks["mix"], resume=True, max_attempts=1, disable_health_check=True
@@ -166,6 +177,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory, peer_world: NemoGymWorld) -> 
             ours_summary=summary,
             nemo_gym_aggregated=nemo_gym_aggregated,
             ours_aggregated=ours_aggregated,
+            nemo_gym_counted=nemo_gym_counted,
+            ours_counted=ours_counted,
             nemo_gym_resumed=nemo_gym_resumed,
             ours_resumed_by_nemo_gym=ours_resumed,
             resumable=resumable,
@@ -207,9 +220,12 @@ def test_an_answered_rollout_is_stored_as_nemo_gym_stores_it(runs: Runs) -> None
 
 def test_a_failed_run_is_a_failure_row_as_our_collector_makes_them(runs: Runs) -> None:
     ours = _rows(runs.ours / "rollouts_failures.jsonl")
+    theirs = _rows(runs.nemo_gym.failures_path)
     for number, task in enumerate(FAILED_RUN, start=len(ANSWERED)):
         row = ours[(number, 0)]
-        assert row["failure"]["failure_kind"] == row["_ng_failure_class"], task["outcome"]
+        # The class NeMo Gym's collector writes for the same failed `/run`; our kind in `failure`.
+        assert row["_ng_failure_class"] == theirs[(number, 0)]["_ng_failure_class"], task["outcome"]
+        assert row["_ng_failure_class"] in COUNTED
         assert row["rollout_failure"]["source"] == "environment"
         assert row["_gf_final"] is True
     assert ours[(9, 0)]["_ng_failure_http_status"] == 502
@@ -232,6 +248,17 @@ def test_nemo_gym_aggregates_our_run_as_its_own(runs: Runs) -> None:
     assert theirs.error is None
     assert ours.agent_metrics == theirs.agent_metrics
     assert (ours.masked, ours.measured) == (theirs.masked, theirs.measured)
+
+
+def test_nemo_gyms_zero_counting_counts_our_failed_runs_as_its_own(runs: Runs) -> None:
+    """Issue 31: `count_failure_classes_as_zero=[agent_run_error]` skipped our rows, whose class held
+    our kind: the two collectors' runs had different denominators."""
+    ours, theirs = runs.ours_counted, runs.nemo_gym_counted
+    assert ours.error is None
+    assert theirs.error is None
+    assert ours.agent_metrics == theirs.agent_metrics
+    assert (ours.scored, ours.measured) == (theirs.scored, theirs.measured)
+    assert ours.agent_metrics != runs.ours_aggregated.agent_metrics, "the failed runs count as zeros"
 
 
 def test_nemo_gym_resumes_our_run_as_its_own(runs: Runs) -> None:

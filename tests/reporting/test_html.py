@@ -57,11 +57,28 @@ def _run(tmp_path: Path) -> list[Path]:
             "8:0",
         ),
     ]
+    # What the attempts cost, on most rows: the cost section's tables lay out on a phone too.
+    for index, row in enumerate(failures[2:]):
+        row.update(
+            _gf_duration_s=12.5 + index,
+            _gf_usage={"input_tokens": 1200 * index, "output_tokens": 30},
+            _gf_model_calls={"calls": 2, "attempts": 9 + index, "failed_attempts": 7},
+        )
     rows = tmp_path / "rollouts.jsonl"
     write_jsonl(rows, [success_row(f"{index}:0") for index in range(4)])
     write_jsonl(tmp_path / "rollouts_failures.jsonl", failures)
     (tmp_path / "rollouts.manifest.json").write_text(json.dumps({"expected_rollouts": 9}))
     return [rows, tmp_path / "rollouts_failures.jsonl"]
+
+
+def test_the_report_says_what_failures_cost(report: str) -> None:
+    words = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", report.replace("<wbr>", ""))).split())
+    assert "What failures cost" in words
+    assert (
+        "failed attempts 6 60.0% 56.000 (4 of 6) 100.0% 7,200 (4 of 6) 120 (4 of 6) 100.0% 42 (4 of 6)"
+        in words
+    )
+    assert "Largest amplifications (model attempts per rollout)" in words
 
 
 @pytest.fixture(scope="module")

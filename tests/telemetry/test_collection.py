@@ -139,6 +139,8 @@ counts = {}
 for r in reader.get_metrics_data().resource_metrics:
     for s in r.scope_metrics:
         for m in s.metrics:
+            if m.name != "gym.rollout.completed_total":
+                continue
             for p in m.data.data_points:
                 counts[dict(p.attributes)["nemo.gym.rollout.outcome"]] = p.value
 print(json.dumps(counts))

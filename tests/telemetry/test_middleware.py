@@ -175,7 +175,8 @@ async def test_recording_never_raises_into_the_caller(
     telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broken = _BrokenInstrument()
-    instruments = record_module._Instruments(broken, broken, broken, broken, broken)  # type: ignore[arg-type]
+    cost = record_module._AttemptCost(broken, broken, broken)  # type: ignore[arg-type]
+    instruments = record_module._Instruments(broken, broken, broken, broken, broken, cost)  # type: ignore[arg-type]
     monkeypatch.setattr(record_module, "_instruments", instruments)
     reply = await _get(_app(_chain), telemetry)
     assert reply.status_code == 500

@@ -81,6 +81,10 @@ def test_metrics_are_served_while_collect_runs(tmp_path: Path, agent_url: str) -
             labels["nemo_gym_failure_class"] in {"model", "evaluation", "unknown"} for labels in failed
         )
         assert agent_url.split("//")[1] not in text  # the agent's address is never a label
+        # Each attempt's wall time (the collector saves `_gf_duration_s` on its row), in seconds.
+        duration = families["gym_rollout_attempt_duration_seconds"]
+        assert duration.type == "histogram"
+        assert sum(sample.value for sample in duration.samples if sample.name.endswith("_count")) >= 1
         gate.touch()
         _, stderr = process.communicate(timeout=60)
     finally:

@@ -10,6 +10,9 @@ Decisions:
   holds tasks and injected faults beside it); without one manifest the collector chooses (a NeMo Gym
   run's: the rows beside its one `<stem>_materialized_inputs.jsonl`).
 - A task file without a task is exit status 2, before anything is written.
+- Retry rules: the `--retry-rule` flags' rules first, then the `--retry-rules` file's (first match
+  wins, so a flag overrides the file for the failures both match). A rule, file or combination that
+  cannot be used is exit status 2 with one line naming the flag (argparse's own for a flag's value).
 - Messages name the command line's flags (`--num-repeats`, `--force-resume`), never the
   collection's field names.
 """
@@ -71,6 +74,8 @@ _FLAG_WORDS = (
     ("num_repeats", "--num-repeats"),
     ("wait_ready_s", "--wait-ready"),
     ("breaker_attempts", "--breaker"),
+    ("min_valid_per_group", "--min-valid-per-group"),
+    ("fill_short_groups", "--fill-short-groups"),
     ("force the resume", "pass --force-resume"),
     ("output path", "--output"),
 )
@@ -132,8 +137,13 @@ def _require_tasks(path: Path) -> None:
 
 def _defaulted_options(arguments: argparse.Namespace) -> dict[str, Any]:
     """The collection's fields whose flags were given, of those whose defaults come from elsewhere
-    (the environment, NeMo Gym's variable, a resumed run): left out, the config's own apply."""
+    (the environment, NeMo Gym's variable, a resumed run): left out, the config's own apply; and the
+    groups' (`gym_failures.collection._groups`, refused as a resume is: `collection_resume_refused`)."""
     options: dict[str, Any] = {"max_attempts": arguments.max_attempts} if arguments.max_attempts else {}
+    if arguments.min_valid_per_group is not None:
+        options["min_valid_per_group"] = arguments.min_valid_per_group
+    if arguments.fill_short_groups:
+        options["fill_short_groups"] = True
     if arguments.agent_name is not None:
         options["agent_name"] = arguments.agent_name  # set only when named: a resumed run keeps its own
     if arguments.backoff_initial is not None:
@@ -145,6 +155,36 @@ def _defaulted_options(arguments: argparse.Namespace) -> dict[str, Any]:
         if arguments.ray is not None:
             warn("--breaker has no effect with --ray: the Ray driver dispatches in a loop of its own")
     return options
+
+
+def _rule_options(arguments: argparse.Namespace) -> dict[str, Any]:
+    """`retry_rules` when `--retry-rule` or `--retry-rules` was given (the flags' rules, then the
+    file's); else nothing, and the config's own (none) apply."""
+    if not arguments.retry_rule and arguments.retry_rules is None:
+        return {}
+    return {"retry_rules": _retry_rules(arguments.retry_rule, arguments.retry_rules)}
+
+
+def _retry_rules(flags: list[Any], path: Path | None) -> Any:
+    """The run's `RetryRules`: the `--retry-rule` flags' rules, then the `--retry-rules` file's; a
+    one-line error (exit 2) for a file that cannot be used, or rules that cannot go together."""
+    from gym_failures.collection._retry_rule_inputs import load_rules_file
+    from gym_failures.collection._retry_rules import RetryRuleError, rules_of
+
+    try:
+        rules = rules_of(flags)
+    except RetryRuleError as error:
+        raise CommandError(f"--retry-rule: {error}") from None
+    if path is None:
+        return rules
+    try:
+        from_file = load_rules_file(path)
+    except RetryRuleError as error:
+        raise CommandError(f"--retry-rules {path}: {error}") from None
+    try:
+        return rules.joined(from_file)
+    except RetryRuleError as error:
+        raise CommandError(f"--retry-rule with --retry-rules {path}: {error}") from None
 
 
 def _run_collect(arguments: argparse.Namespace) -> int:
@@ -164,7 +204,7 @@ def _run_collect(arguments: argparse.Namespace) -> int:
     if arguments.workers is not None and arguments.ray is None:
         raise CommandError("--workers needs --ray")
     _require_tasks(arguments.input_path)
-    options = _defaulted_options(arguments)
+    options = {**_defaulted_options(arguments), **_rule_options(arguments)}
     output = _output_path(arguments.output)
     try:
         config = CollectionConfig(
@@ -183,6 +223,13 @@ def _run_collect(arguments: argparse.Namespace) -> int:
     except ValidationError as error:
         raise _config_error(error, arguments.output) from None
     protocol = arguments.agent_protocol or default_protocol(config.output_path)
+    if protocol == "nemo-gym" and arguments.agent_name is None and not config.materialized_path.exists():
+        # Every row names its agent, and NeMo Gym refuses rows naming one its config does not have:
+        # a fresh run cannot guess the name (a resumed one keeps its materialized inputs' name).
+        raise CommandError(
+            "--agent-protocol nemo-gym needs --agent-name: the agent's name in NeMo Gym's config "
+            "(e.g. simple_agent), which every row names as its agent_ref"
+        )
     config = config.model_copy(update={"agent_protocol": protocol})
     with contextlib.ExitStack() as running:
         if arguments.metrics_port is not None:

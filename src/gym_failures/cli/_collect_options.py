@@ -1,5 +1,6 @@
 """`gym-failures collect`'s options: the input, the agent, the output, the run's bounds, how it fails
-well (backoff, the hints' bound, the readiness wait, the breaker, what a resume reopens), Ray, metrics.
+well (backoff, the hints' bound, the readiness wait, the breaker, what a resume reopens, retry rules),
+Ray, metrics.
 
 Decisions:
 
@@ -58,6 +59,8 @@ def add_collect_options(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=positive_seconds, default=120.0, metavar="SECONDS", help="per attempt (120)"
     )
     _add_recovery_options(parser)
+    _add_retry_rule_options(parser)
+    _add_group_options(parser)
     parser.add_argument(
         "--force-resume",
         action="store_true",
@@ -148,6 +151,40 @@ def _add_recovery_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_retry_rule_options(parser: argparse.ArgumentParser) -> None:
+    """`collect`'s retry rules (`gym_failures.collection._retry_rules`): flags, then a file's."""
+    parser.add_argument(
+        "--retry-rule",
+        action="append",
+        type=_retry_rule,
+        default=[],
+        metavar="RULE",
+        help="a retry rule, KEY=VALUE fields separated by commas: what it matches (kind, failure_class, "
+        "status such as 429 or 5xx, a list's values separated by |; message=REGEX, last, takes the rest) "
+        "and max_attempts (1: never retried) and/or max_retries_per_run (a cap on the retries it grants "
+        "in this run), optional name; the first rule that matches a failure decides; repeatable, "
+        "before the file's rules; a failure no rule matches has --max-attempts",
+    )
+    parser.add_argument(
+        "--retry-rules",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help='retry rules from a JSON ({"rules": [...]}) or TOML ([[rules]]) file, after --retry-rule\'s',
+    )
+
+
+def _retry_rule(text: str) -> object:
+    """A `--retry-rule` value as a `RetryRule`; argparse's one-line error (exit 2) when it is none."""
+    from gym_failures.collection._retry_rule_inputs import parse_rule_flag
+    from gym_failures.collection._retry_rules import RetryRuleError
+
+    try:
+        return parse_rule_flag(text)
+    except RetryRuleError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _output_argument(text: str) -> Path:
     """`--output` as a path; `newdir/` (a trailing slash, no such directory yet) is a run directory to
     make, its rows `newdir/rollouts.jsonl` (as the collector names a directory's rows), never
@@ -156,3 +193,21 @@ def _output_argument(text: str) -> Path:
     if text.endswith(("/", os.sep)) and not path.exists():
         return path / "rollouts.jsonl"
     return path
+
+
+def _add_group_options(parser: argparse.ArgumentParser) -> None:
+    """`collect`'s options for prompt groups (`gym_failures.collection._groups`)."""
+    parser.add_argument(
+        "--min-valid-per-group",
+        type=at_least(1),
+        default=None,
+        metavar="K",
+        help="the valid members a group (a task's rollouts) needs, as gate counts them: the live view "
+        "counts groups complete, short and pending against it (default: every member)",
+    )
+    parser.add_argument(
+        "--fill-short-groups",
+        action="store_true",
+        help="on resume, re-run only the members groups short of --min-valid-per-group need, lowest "
+        "rollout index first; the other open rollouts are left for a later resume",
+    )

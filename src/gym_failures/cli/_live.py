@@ -4,9 +4,11 @@ progress bar on a terminal, plain lines otherwise) and its `/metrics` endpoint (
 On a terminal (stderr) the bar shows rollouts done of expected, this run's scored rollouts (as the
 gate counts them: a verdict, else a finite reward, and no gate class), its degraded, masked, tainted and
 gate-derived successes when there are any, final failures by class, attempts retried, the rollouts
-reopened and backing off, how long dispatch has waited for the agent to accept connections, whether
-the breaker holds dispatch to probes (`breaker open: <kind> at <boundary>, probing`), the rate and the
-time left; it is transient. When stderr is no terminal (a CI log, a file) the same figures go out as
+reopened and backing off, the prompt groups complete, short and pending when a group has more than one
+member (`groups (min 2 valid): 3 complete, 1 short, 2 pending`, `gym_failures.collection._groups`),
+how long dispatch has waited for the agent to accept connections, whether the breaker holds dispatch
+to probes (`breaker open: <kind> at <boundary>, probing`), the rate and the time left; it is
+transient. When stderr is no terminal (a CI log, a file) the same figures go out as
 one plain line every `PLAIN_INTERVAL_S` seconds and once at the end, so a log shows a long run moving
 without a line per rollout (and once when dispatch starts waiting for the agent, and once when the
 breaker opens).
@@ -18,13 +20,16 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from gym_failures.cli._console import stderr
 from gym_failures.cli._exits import CommandError
 from gym_failures.telemetry import CollectionProgress
+
+if TYPE_CHECKING:
+    from gym_failures.collection._groups import GroupTally
 
 __all__ = ["PLAIN_INTERVAL_S", "counts_text", "live_collection", "metrics_endpoint"]
 
@@ -51,7 +56,7 @@ def _by_class(counts: dict[str, int]) -> str:
 
 def counts_text(progress: CollectionProgress) -> str:
     """The counts beside the bar: scored (of which degraded), masked and gate-derived successes, final
-    failures by class, retried attempts; the words and counts `gym-failures gate` prints."""
+    failures by class, retried attempts, the groups; the words and counts `gym-failures gate` prints."""
     text = f"{progress.scored} scored"
     if progress.degraded:
         text += f" ({progress.degraded} degraded)"
@@ -68,6 +73,10 @@ def counts_text(progress: CollectionProgress) -> str:
         text += f" · {progress.reopened} reopened"
     if progress.backing_off:
         text += f" · {progress.backing_off} backing off"
+    # The collector's `GroupedProgress` holds them; not imported here, as `serve` needs no collector.
+    groups: GroupTally | None = getattr(progress, "groups", None)
+    if groups is not None and groups.shown:
+        text += f" · {groups.text()}"
     if progress.agent_wait_s is not None:
         text += f" · waiting for the agent {progress.agent_wait_s:.0f} s"
     if progress.breaker is not None:

@@ -24,6 +24,7 @@ from gym_failures.failure_kinds import FailureClass
 
 if TYPE_CHECKING:  # annotations only: printing a verdict never loads duckdb
     from gym_failures.gate import GateVerdict
+    from gym_failures.reporting._cost import Cost
     from gym_failures.reporting.summary import GroupCount, KindCount, Summary
 
 __all__ = ["print_collection", "print_summary", "print_verdict"]
@@ -182,16 +183,90 @@ def _tainted_only_line(tainted: int) -> str:
     )
 
 
+def _cost_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]], names: int) -> Table:
+    """A table of `gym_failures.reporting._cost`'s cells: the first `names` columns are names, the
+    last of them a class; a figure not reported is dim."""
+    from gym_failures.reporting._cost import NOT_REPORTED
+
+    table = Table(title=title, title_justify="left")
+    for index, name in enumerate(header):
+        if index < names:
+            table.add_column(name, overflow="fold")
+        else:
+            table.add_column(name, justify="right")
+    for row in rows:
+        styles = [
+            _CLASS_STYLES.get(value, "") if index == names - 1 else "" for index, value in enumerate(row)
+        ]
+        table.add_row(
+            *(
+                cell(value, style=styles[index] or ("dim" if value == NOT_REPORTED else ""))
+                for index, value in enumerate(row)
+            )
+        )
+    return table
+
+
+def _print_cost(console: Console, cost: Cost) -> None:
+    """What the attempts cost: the totals, the failed attempts by class, kind and root cause (the
+    last when a root differs from its failure's kind), and the amplification of model attempts."""
+    from gym_failures.reporting._cost import (
+        GROUP_HEADER,
+        TOTALS_HEADER,
+        amplification_lines,
+        group_cells,
+        total_cells,
+    )
+
+    console.print(_cost_table("Cost (shares of the whole run)", TOTALS_HEADER, total_cells(cost), 1))
+    if cost.failed_by_class:
+        console.print(
+            _cost_table("Failed attempts' cost by class", GROUP_HEADER, group_cells(cost.failed_by_class), 1)
+        )
+        kind_header = ("kind", *GROUP_HEADER)
+        console.print(
+            _cost_table("Failed attempts' cost by kind", kind_header, group_cells(cost.failed_by_kind), 2)
+        )
+        if [line.kind for line in cost.failed_by_root_kind] != [line.kind for line in cost.failed_by_kind]:
+            roots = group_cells(cost.failed_by_root_kind)
+            console.print(
+                _cost_table("Failed attempts' cost by root cause", ("root kind", *GROUP_HEADER), roots, 2)
+            )
+    for line in amplification_lines(cost.amplification):
+        console.print(Text(line), soft_wrap=True)
+    amplification = cost.amplification
+    if amplification.distribution:
+        buckets = Table(title="Model attempts per rollout attempt", title_justify="left")
+        buckets.add_column("model attempts", justify="right")
+        buckets.add_column("rollout attempts", justify="right")
+        for bucket in amplification.distribution:
+            buckets.add_row(bucket.model_attempts, str(bucket.attempts))
+        console.print(buckets)
+    if amplification.largest:
+        largest = Table(title="Largest amplifications (model attempts per rollout)", title_justify="left")
+        largest.add_column("rollout", overflow="fold")
+        for name in ("attempts", "model calls", "model attempts"):
+            largest.add_column(name, justify="right")
+        for item in amplification.largest:
+            largest.add_row(
+                cell(item.rollout_id), str(item.attempts), str(item.model_calls), str(item.model_attempts)
+            )
+        console.print(largest)
+
+
 def print_summary(summary: Summary) -> None:
     """`summary` as tables: the totals, then failures by class, kind, root cause, boundary, stage,
-    status and attempt, the most common reasons and the quota resets. A run without failure rows
-    whose success rows are tainted shows the kind and root-cause tables, for their tainted column."""
+    status and attempt, the most common reasons and the quota resets, then what the attempts cost. A
+    run without failure rows whose success rows are tainted shows the kind and root-cause tables, for
+    their tainted column."""
     console = stdout()
     _print_totals(console, summary)
     for torn in summary.torn_tails:
         console.print(cell(f"{torn.path}: torn last line ({torn.bytes} bytes) skipped", style="yellow"))
     if not summary.failure_rows:
         _print_tainted_only(console, summary)
+        if summary.cost is not None:
+            _print_cost(console, summary.cost)
         return
     classes = Table(title="Failures by class", title_justify="left")
     classes.add_column("class")
@@ -232,6 +307,8 @@ def print_summary(summary: Summary) -> None:
         for reset in summary.quota_resets:
             resets.add_row(cell(reset.resets_at), str(reset.events))
         console.print(resets)
+    if summary.cost is not None:
+        _print_cost(console, summary.cost)
 
 
 # --- gate --------------------------------------------------------------------------------------

@@ -26,6 +26,10 @@ one's module here is imported on the first reply or error of that library the he
   into the Gym failure it stands for; `observed_failure(stream)` is a stream's cut (see `_sdk`).
 - `stream_failure(reader)` is the failure a stream ended in: its failed terminal event's, or its cut
   when it ended without a terminal event.
+- `observe_usage(reply)` adds the tokens a model reply reports (its `usage`, in the OpenAI Responses,
+  Chat Completions or Anthropic Messages shape) to the request's sums, which the server middleware
+  sends with the request's model calls (`X-Gym-Model-Calls`); `observe_attempts` does it for every
+  plain JSON reply, a reply counted once however often it is observed (`gym_failures._usage`).
 - `retry_model_call(call, ...)` runs a model call with finite attempts and a total time budget,
   recording each failed attempt (`observe_failure`) and the terminal outcome (`observe_model_operation`).
 
@@ -54,6 +58,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from gym_failures._usage import observe_usage
 from gym_failures.client._reply import (
     DEFAULT_KIND_BY_BOUNDARY,
     raise_boundary_failure,
@@ -76,6 +81,7 @@ __all__ = [
     "DEFAULT_KIND_BY_BOUNDARY",
     "map_transport_errors",
     "observe_attempts",
+    "observe_usage",
     "observed_failure",
     "raise_boundary_failure",
     "raise_for_status",

@@ -53,7 +53,9 @@ async def retry_model_call(
 
     `call` raises Gym failures (use `raise_boundary_failure` and `map_transport_errors` inside it);
     any other exception propagates at once. Each failed attempt is recorded with `observe_failure`,
-    the terminal outcome with `observe_model_operation`; the last failure is raised. An attempt still
+    the terminal outcome with `observe_model_operation` (its `http_attempts` the call's attempts: an
+    SDK client wrapped in `observe_attempts` inside `call` counts its own retries in them); the last
+    failure is raised. An attempt still
     running when the budget ends is cancelled and fails as `transport_timeout`.
 
     The attempts are one logical call (`gym_failures.calls.logical_call`, its id `operation_id` when
@@ -91,7 +93,8 @@ async def _retried(
             "completed" if failure is None else "failed",
             attempt_id,
             failure_id=None if failure is None else failure.event_id,
-            http_attempts=attempts,
+            # The call's HTTP attempts: an SDK inside `call` numbers its own retries in the call too.
+            http_attempts=max(attempts, logical.attempts),
             transport_failures=transport_failures,
             retry_wait_s=round(waited, 6),
             request_elapsed_ms=round((time.monotonic() - started) * 1000, 3),

@@ -37,6 +37,10 @@ observed for that attempt, the cut included, or `None`::
     if (failure := observed_failure(stream)) is not None:
         raise failure
 
+A plain JSON reply read whole (at most 1 MiB) has its token usage added to the request's sums
+(`observe_usage`), which the server middleware reports with the request's model calls
+(`X-Gym-Model-Calls`); a streamed reply's is not read: pass its final object to `observe_usage`.
+
 When the hook already observed the attempt's failure, `sdk_failure` returns that same failure, so
 the request's report holds it once. A failed stream (a terminal failure event, such as the Responses
 API's `response.failed`, which the openai SDK yields as an event and does not raise) is that
@@ -63,6 +67,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from gym_failures._http_status import is_failed_reply
+from gym_failures._usage import observe_usage
 from gym_failures.client import _calls
 from gym_failures.client._libraries import library_of
 from gym_failures.client._observed_transport import ObservedTransport
@@ -237,13 +242,15 @@ class _ObservedStream:
         return chunk
 
     def _not_json(self) -> bool:
-        """Whether a plain JSON body read whole is not JSON."""
+        """Whether a plain JSON body read whole is not JSON; one that is has its token usage observed
+        (`gym_failures._usage`: the reply's `usage`, in any of the three APIs' shapes)."""
         if self._json is None or not self._ended:
             return False
         try:
-            json.loads(b"".join(self._json))
+            body = json.loads(b"".join(self._json))
         except (ValueError, RecursionError):
             return True
+        observe_usage(body)
         return False
 
     def _raised_in_stream(self) -> bool:

@@ -14,6 +14,7 @@ Where each part of a run lives (one job a module; each module's docstring says i
 | `_manifest` | the run's identity (`<output>.manifest.json`), checked on resume, replaced atomically |
 | `_inventory` | task reading: every rollout of the run, from the input or its materialized inputs |
 | `_resume` | resume planning: `PendingRollout`, each open rollout's next attempt, budgets reopened or spent |
+| `_groups` | prompt groups while a run collects: the live counts, and a resume that fills short groups |
 | `_summary` | `CollectionSummary`: what a run did and found |
 | `_collector` | `Collector`, `collect`, `AgentDown`: the queue, budgets, readiness pauses, the one `_save` |
 | `_breaker` | `Breaker`, `BreakerOpen`: attempts failed alike hold dispatch to probes, then end the run |
@@ -23,6 +24,9 @@ Where each part of a run lives (one job a module; each module's docstring says i
 | `_attempt_row` | `AttemptRow`, `AttemptSeen`: one attempt's row and what was seen of its exchange |
 | `_replies` | an agent's reply read: its body bounded, its episode response, its report bounded |
 | `_nemo_gym_protocol` | `NemoGymDispatcher`: NeMo Gym's own agents' `/run` (`agent_protocol` `nemo-gym`) |
+| `_retry_rules` | `RetryRule`, `RetryRules`: which failures are retried, how often; a rule's run-wide cap |
+| `_retry_rule_inputs` | the retry rules of `--retry-rule` flags and of a JSON or TOML rules file |
+| `_retry_resume` | the resume plan under retry rules: rollouts a rule gives more attempts stay open |
 
 Ray workers (`gym_failures.ray.RayCollector`) run the same `AttemptDispatcher` and send each row back
 to the same `Collector.record`.

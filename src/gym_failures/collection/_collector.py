@@ -1,10 +1,11 @@
 """The collector (`Collector`, `collect`): bring every rollout of a run to a final outcome, each attempt saved
 
 A run takes the output's lock (`_lock`), checks the manifest (`_manifest`), reads its inventory
-(`_inventory`), writes the manifest, plans the resume (`_resume`), closes the rollouts a lowered
-budget has spent, then dispatches the rest (`dispatch_rollouts`): `in_flight` workers, each sending
-one ready attempt at a time from the `Schedule`. What dispatches one attempt is an `AttemptDispatcher`
-of the config's protocol (`dispatcher_for`) in this process, or Ray workers
+(`_inventory`), writes the manifest, plans the resume (`_resume`) and the prompt groups (`_groups`:
+their live counts, and with `fill_short_groups` only the members short groups need), closes the
+rollouts a lowered budget has spent, then dispatches the rest (`dispatch_rollouts`): `in_flight`
+workers, each sending one ready attempt at a time from the `Schedule`. What dispatches one attempt
+is an `AttemptDispatcher` of the config's protocol (`dispatcher_for`) in this process, or Ray workers
 (`gym_failures.ray.RayCollector`, a subclass), whose rows come back to the same `record`. Every row is
 written at one place, `Collector._save`, with the collector's own secrets (the agent URL's user info
 and query values) replaced wherever the row holds them.
@@ -20,6 +21,11 @@ probe at a time after a run of attempts failed alike (an agent that answers, eve
 failure), and ends the run (`BreakerOpen`) when its probes fail too; it runs beside the readiness
 pause, each with its own flag in the `Schedule` and its own watcher task.
 
+Retry rules (`gym_failures.collection._retry_rules`): the dispatcher decides a failure's budget by
+them; a rule's run-wide cap (`max_retries_per_run`) is counted here, in `record_attempt`, where every
+row passes, Ray's included (`RetryCaps`); the resume plan keeps open the rollouts a rule gives more
+attempts than `max_attempts` (`gym_failures.collection._retry_resume`).
+
 An error while saving a row (a full disk) is not an attempt's outcome: it ends the run and is raised
 to the caller; the other workers are cancelled, and the attempts they had in flight have no row and
 are dispatched again, under the same attempt numbers, on resume (as after a kill). So does a fault
@@ -31,6 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -38,6 +46,7 @@ from gym_failures.collection._attempt_row import AttemptFunction, AttemptRow
 from gym_failures.collection._breaker import Breaker, BreakerOpen
 from gym_failures.collection._config import CollectionConfig
 from gym_failures.collection._dispatcher import AttemptDispatcher
+from gym_failures.collection._groups import GroupedProgress, group_sizes, plan_groups, refuse_before_run
 from gym_failures.collection._inventory import run_inventory
 from gym_failures.collection._lock import exclusive
 from gym_failures.collection._manifest import check_manifest, write_manifest
@@ -52,6 +61,8 @@ from gym_failures.collection._pacing import (
 )
 from gym_failures.collection._protocols import NEMO_GYM_PROTOCOL
 from gym_failures.collection._resume import PendingRollout, pending_rollouts
+from gym_failures.collection._retry_resume import with_rule_budgets
+from gym_failures.collection._retry_rules import RetryCaps
 from gym_failures.collection._schedule import Retry, Schedule
 from gym_failures.collection._summary import CollectionSummary
 from gym_failures.failure_kinds import TRANSPORT_UNREACHABLE
@@ -90,22 +101,31 @@ class Collector:
         """Called with `progress` after every change: the live view's one hook."""
         self.clock: Clock = clock or RealClock()
         self.summary = CollectionSummary()
-        self.progress = CollectionProgress()
+        self.progress = GroupedProgress()
         self._secrets = url_secrets(config.agent_url)
         self._backoff = Backoff(config.backoff_initial_s, config.backoff_max_s)
         self._breaker = Breaker(config.breaker_attempts, self._backoff)
+        self._retry_caps = RetryCaps(config.retry_rules)
+        """The retries each capped retry rule granted in this run (`max_retries_per_run`)."""
         self.run_id = ""
         """The run's id (the manifest's), known once `run` has checked the manifest."""
 
     async def run(self) -> CollectionSummary:
         config = self.config
+        refuse_before_run(config)
         with exclusive(config):
             manifest = check_manifest(config)
             self.run_id = manifest.run_id
             inventory = run_inventory(config, manifest, self.summary)
+            sizes = group_sizes(config, inventory)
             write_manifest(config, manifest, len(inventory))
-            rollouts, closing = pending_rollouts(config, inventory, self.summary)
-            self.progress.expected = self.summary.expected
+            valid: Counter[int] | None = None if sizes is None else Counter()
+            rollouts, closing = pending_rollouts(config, inventory, self.summary, valid)
+            rollouts, closing = with_rule_budgets(config, inventory, rollouts, closing, self.summary)
+            if sizes is not None and valid is not None:
+                planned = plan_groups(config, sizes, valid, rollouts, closing, self.summary)
+                self.progress.groups, rollouts, closing = planned
+            self.progress.expected = self.summary.expected - self.summary.left_open
             self.progress.already_done = self.summary.already_done
             self.progress.reopened = self.summary.reopened
             self._progress()
@@ -275,6 +295,7 @@ class Collector:
         if dispatched:
             record_rollout(outcome, self.config.agent_name)
         self.progress.add(outcome, dispatched=dispatched)
+        self.progress.settle(row, outcome)
         self._progress()
 
     def _line_of(self, row: dict[str, Any]) -> tuple[bytes, RolloutOutcome]:
@@ -329,6 +350,8 @@ class Collector:
             self.progress.add(omitted)
             self._progress()
             return None
+        if not outcome.succeeded and not outcome.final and not self._retry_caps.allows(outcome.row):
+            outcome = dataclasses.replace(outcome, final=True)  # its rule's cap is spent: closed
         retry: Retry | None = None
         key = str(outcome.row.get("rollout_id"))
         if not outcome.succeeded and not outcome.final:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from gym_failures import nemo_gym
 from gym_failures.collection._breaker import BREAKER_ATTEMPTS
 from gym_failures.collection._protocols import GYM_FAILURES_PROTOCOL, AgentProtocol
+from gym_failures.collection._retry_rules import RetryRules
 from gym_failures.materialized import MATERIALIZED_SUFFIX, materialized_path
 from gym_failures.rows import FAILURES_SUFFIX, failures_path, manifest_path, run_rows_file
 
@@ -103,6 +104,19 @@ class CollectionConfig(BaseModel):
     retry_terminal: bool = False
     """Reopen, on resume, the rollouts closed by a failure the agent marked `terminal` (within the
     budget); the rollouts closed by the budget are reopened whenever `max_attempts` is raised."""
+    min_valid_per_group: int | None = Field(default=None, ge=1)
+    """The valid members a prompt group (the rollouts of one task) needs, as the gate's
+    `min_valid_per_group` counts them; None: all its members. The live view counts the groups
+    complete, short and pending against it, and `fill_short_groups` fills to it
+    (`gym_failures.collection._groups`). More than every group has is refused (`GroupsRefused`)."""
+    fill_short_groups: bool = False
+    """On resume, dispatch only the members the groups short of `min_valid_per_group` need, lowest
+    rollout index first, leaving every other open rollout as it is for a later resume
+    (`gym_failures.collection._groups`). Without a run to resume it is refused (`GroupsRefused`)."""
+    retry_rules: RetryRules = Field(default_factory=RetryRules)
+    """Retry rules (`gym_failures.collection._retry_rules`): the first that matches a failure gives its
+    attempt budget, and may cap the retries it grants in the run. A failure none matches has
+    `max_attempts`. None (the default): every failure has `max_attempts`, and no row says a rule."""
     agent_protocol: AgentProtocol = GYM_FAILURES_PROTOCOL
     """What `/run` the agent speaks: `gym-failures` (`gym_failures.collection._dispatcher`), or
     `nemo-gym`, NeMo Gym's own agents' `/run` (`gym_failures.collection._nemo_gym_protocol`: the

@@ -31,7 +31,16 @@ Retries: a failure with `terminal=True` is final at once; any other is retried u
 used `max_attempts` attempts, and the last failure row then says `attempt_budget_exhausted`. What the
 collector saw decides what may be replayed: an attempt never sent is always retried; one that may
 have reached the agent (timed out or reset after sending) is retried unless
-`replay_possibly_delivered` is False, when it is final (`possibly_delivered`).
+`replay_possibly_delivered` is False, when it is final (`possibly_delivered`). With retry rules
+(`CollectionConfig.retry_rules`, `gym_failures.collection._retry_rules`) the first rule that matches a
+failure gives its budget (`retry_rule_budget_exhausted` when it is spent), and the row says which
+under `_gf_retry_rule`; the collector applies a rule's run-wide cap (`retry_cap_reached`).
+
+Every row the dispatcher makes of a reply, or of a reply that never came, says what the attempt
+cost (`gym_failures._attempt_cost`): its wall time on the collector's monotonic clock, from sending to
+the reply read (`_gf_duration_s`), the agent's model calls from its reply's `X-Gym-Model-Calls`
+header (`_gf_model_calls`) and the tokens (`_gf_usage`). A row `failure_row` makes (a Ray worker lost)
+has no duration: nothing measured the attempt.
 
 Each failure row carries the attempt's `RolloutFailure` record (`rollout_failure`, from
 `AttemptSeen`), NeMo Gym's failure keys beside ours (docs/rows.md), and, for a failed reply without a
@@ -47,7 +56,8 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from gym_failures import nemo_gym
-from gym_failures._http_status import is_success
+from gym_failures._attempt_cost import AttemptMeter, attempt_cost_fields
+from gym_failures._http_status import http_status, is_error, is_success
 from gym_failures.client import map_transport_errors, raise_boundary_failure
 from gym_failures.collection._attempt_row import (
     AttemptRow,
@@ -61,6 +71,7 @@ from gym_failures.collection._config import CollectionConfig
 from gym_failures.collection._pacing import retry_hint
 from gym_failures.collection._replies import bounded_body, bounded_report, read_episode_response
 from gym_failures.collection._resume import PendingRollout
+from gym_failures.collection._retry_rules import NOT_REPLAYED, FailureFacts, RuleDecision
 from gym_failures.failure_kinds import (
     COLLECTION_DISPATCH_FAILED,
     ENVIRONMENT_PROTOCOL_VIOLATION,
@@ -79,7 +90,7 @@ from gym_failures.failure_transport import FailureReportRow, RequestFailureLog
 from gym_failures.failures import CollectionFailure, HttpDetails, NgFailureEvent, exception_type_name
 from gym_failures.redaction import url_without_secrets
 from gym_failures.rollout_failure import EpisodeId, RolloutFailure
-from gym_failures.row_keys import FINAL, FINAL_REASON
+from gym_failures.row_keys import FINAL, FINAL_REASON, RETRY_RULE
 from gym_failures.rows import rollout_id
 
 LOGGER = logging.getLogger("gym_failures.collection")
@@ -119,10 +130,16 @@ class AttemptDispatcher:
             self._session = None
 
     async def row(self, rollout: PendingRollout, attempt: int) -> AttemptRow:
-        """Attempt `attempt` of `rollout`: its row; never raises for a failed attempt."""
+        """Attempt `attempt` of `rollout`: its row, with what the attempt cost (`_gf_duration_s`,
+        `_gf_usage`, `_gf_model_calls`: `gym_failures._attempt_cost`); never raises for a failed
+        attempt."""
         assert self._session is not None, "enter the dispatcher first"
-        response, report, seen = await self._attempt(self._session, rollout, attempt)
-        return self.outcome_row(rollout, attempt, response, report, seen)
+        meter = AttemptMeter()
+        response, report, seen = await self._attempt(self._session, rollout, attempt, meter)
+        duration_s = meter.elapsed_s()
+        outcome = self.outcome_row(rollout, attempt, response, report, seen)
+        outcome.row.update(attempt_cost_fields(duration_s, meter.model_calls, response.result))
+        return outcome
 
     def failure_row(self, rollout: PendingRollout, attempt: int, failure: NgFailureEvent) -> AttemptRow:
         """The row of an attempt that ended in `failure` before any reply was read (a worker lost)."""
@@ -143,11 +160,9 @@ class AttemptDispatcher:
         if response.result is not None:
             return self._result_row(rollout, attempt, row, response.result, report, seen)
         assert response.failure is not None
-        final_reason = self._final_reason(response.failure, seen, attempt)
         failure = response.failure.model_dump(mode="json")
         row["failure"] = failure
-        row[FINAL] = final_reason is not None
-        row[FINAL_REASON] = final_reason
+        final_reason = self._mark_final(row, response.failure, seen, attempt, report)
         row.update(
             nemo_gym.failure_keys(
                 failure,
@@ -156,10 +171,11 @@ class AttemptDispatcher:
                 # episode failure answered in a 2xx is no failed reply, and has none.
                 http_status=seen.http_status if not _succeeded_status(seen.http_status) else None,
                 response_body=seen.body_excerpt,
+                run_failed=not _succeeded_status(seen.http_status),
             )
         )
         # NeMo Gym never retries a terminal row: a failure this collector will not replay is one.
-        row[nemo_gym.FAILURE_TERMINAL] = final_reason in ("terminal", "possibly_delivered")
+        row[nemo_gym.FAILURE_TERMINAL] = final_reason in NOT_REPLAYED
         row["rollout_failure"] = self._record(rollout, attempt, response.failure, seen)
         row.update(FailureReportRow.fields(report))
         kind = response.failure.failure_kind
@@ -202,15 +218,49 @@ class AttemptDispatcher:
         """A 2xx reply's `body` as an episode response (a `CollectionFailure` when it is none)."""
         return read_episode_response(body, url)
 
-    def _final_reason(self, failure: EpisodeFailure, seen: AttemptSeen, attempt: int) -> str | None:
+    def _final_reason(
+        self, failure: EpisodeFailure, seen: AttemptSeen, attempt: int, report: FailureReport | None = None
+    ) -> str | None:
         """Why no attempt follows this failed one, or None when the rollout is retried."""
+        return self._retry_decision(failure, seen, attempt, report)[0]
+
+    def _retry_decision(
+        self, failure: EpisodeFailure, seen: AttemptSeen, attempt: int, report: FailureReport | None
+    ) -> tuple[str | None, RuleDecision | None]:
+        """Why no attempt follows this failed one (None: retried), and the retry rules' decision of its
+        budget (None when the run has no rules: `max_attempts` is the budget)."""
+        rules = self.config.retry_rules
+        decided = None
+        if rules.root:
+            status = failure_status(seen, report)
+            facts = FailureFacts(failure.failure_kind, failure.failure_reason, failure.stage, status)
+            decided = rules.decide(facts, self.config.max_attempts)
         if failure.terminal:
-            return "terminal"
+            return "terminal", decided
         if seen.delivery == "possibly_delivered" and not self.config.replay_possibly_delivered:
-            return "possibly_delivered"
+            return "possibly_delivered", decided
+        if decided is not None:
+            return (decided.exhausted if attempt >= decided.max_attempts else None), decided
         if attempt >= self.config.max_attempts:
-            return "attempt_budget_exhausted"
-        return None
+            return "attempt_budget_exhausted", None
+        return None, None
+
+    def _mark_final(
+        self,
+        row: dict[str, Any],
+        failure: EpisodeFailure,
+        seen: AttemptSeen,
+        attempt: int,
+        report: FailureReport | None,
+    ) -> str | None:
+        """Write on a failure row whether it is final and why (`_gf_final`, `_gf_final_reason`), and,
+        when the run has retry rules, their decision (`_gf_retry_rule`); the final reason."""
+        final_reason, decided = self._retry_decision(failure, seen, attempt, report)
+        row[FINAL] = final_reason is not None
+        row[FINAL_REASON] = final_reason
+        if decided is not None:
+            row[RETRY_RULE] = decided.record(retry=final_reason is None)
+        return final_reason
 
     def _record(
         self, rollout: PendingRollout, attempt: int, failure: EpisodeFailure, seen: AttemptSeen
@@ -229,15 +279,19 @@ class AttemptDispatcher:
         return data
 
     async def _attempt(
-        self, session: aiohttp.ClientSession, rollout: PendingRollout, attempt: int
+        self,
+        session: aiohttp.ClientSession,
+        rollout: PendingRollout,
+        attempt: int,
+        meter: AttemptMeter | None = None,
     ) -> tuple[BaseEpisodeResponse, FailureReport, AttemptSeen]:
         """One attempt's outcome, the report observed for it and what the collector saw of the
-        exchange; never raises for a failed attempt."""
+        exchange (the reply's model calls into `meter`); never raises for a failed attempt."""
         url = _run_url(self.config.agent_url)
         payload = self._payload(rollout, attempt)
         with RequestFailureLog.capture() as log:
             try:
-                response, status = await self._exchange(session, url, payload)
+                response, status = await self._exchange(session, url, payload, meter)
             except NgFailureEvent as failure:
                 return (
                     BaseEpisodeResponse(failure=episode_failure(failure)),
@@ -258,10 +312,15 @@ class AttemptDispatcher:
             return response, bounded_report(merged_taking_failure_id(body, header)), seen
 
     async def _exchange(
-        self, session: aiohttp.ClientSession, url: str, payload: dict[str, Any]
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        payload: dict[str, Any],
+        meter: AttemptMeter | None = None,
     ) -> tuple[BaseEpisodeResponse, int]:
         """Send one attempt and read its episode response and HTTP status; any failure is raised as a
-        Gym failure, with what was seen of the exchange in its `http_details`."""
+        Gym failure, with what was seen of the exchange in its `http_details`. The reply's
+        `X-Gym-Model-Calls`, a failed reply's too, is read into `meter`."""
         safe_url = url_without_secrets(url)
         target = f"POST {safe_url}"
         status: int | None = None
@@ -270,6 +329,8 @@ class AttemptDispatcher:
                 with map_transport_errors("collection", method="POST", url=url):
                     async with session.post(url, json=payload) as reply:
                         status = reply.status
+                        if meter is not None:
+                            meter.heard(reply.headers)
                         await raise_boundary_failure(reply, boundary="agent")
                         body = await bounded_body(reply, self.config.max_reply_bytes, target)
             except aiohttp.ClientError as error:
@@ -311,3 +372,13 @@ class AttemptDispatcher:
 
 def _succeeded_status(status: int | None) -> bool:
     return is_success(status)
+
+
+def failure_status(seen: AttemptSeen, report: FailureReport | None) -> int | None:
+    """The HTTP status a retry rule sees of a failed attempt: the status of the event its report names
+    as the failure (the model's 429 behind the agent's failure), else the `/run` reply's error status."""
+    if report is not None and report.failure_id is not None:
+        event = report.events.get(report.failure_id)
+        if event is not None and http_status(event.http_status) is not None:
+            return event.http_status
+    return seen.http_status if is_error(seen.http_status) else None

@@ -21,8 +21,9 @@ and aggregation take them:
   `_ng_task_index`, `_ng_rollout_index`, and `agent_ref`, `task_source`, `skills_ref`,
   `_ng_attempt_index`, `_ng_rollout_id` where the request has them. Then gym-failures' own keys, in
   gym-failures' row form (`gym_failures.row_keys`): `rollout_id`, `_gf_task_id`, the attempt's failure
-  report, and on a failure row `_gf_final`, `_gf_final_reason` and `rollout_failure`. No `result`
-  object is added: the flat row is the result, as NeMo Gym's reader (`gym_failures.nemo_gym`) reads it.
+  report, and on a failure row `_gf_final`, `_gf_final_reason` (and `_gf_retry_rule`, with retry
+  rules) and `rollout_failure`. No `result` object is added: the flat row is the result, as NeMo
+  Gym's reader (`gym_failures.nemo_gym`) reads it.
   No `_ng_environment_server` or `_ng_result_type`: the collector sends to the agent through no
   environment server (NeMo Gym's relay, `legacy_agent`, stamps its own name; pointing the collector at
   the relay's URL works too, the rows still carry no stamp).
@@ -58,7 +59,7 @@ from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, Fa
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import CollectionFailure, bounded_text
 from gym_failures.redaction import url_without_secrets
-from gym_failures.row_keys import FINAL, FINAL_REASON, TASK_ID
+from gym_failures.row_keys import TASK_ID
 from gym_failures.rows import rollout_id
 
 __all__ = ["REUSE_CACHED_DELIVERABLE", "NemoGymDispatcher", "nemo_gym_row", "read_run_reply", "run_request"]
@@ -233,8 +234,6 @@ class NemoGymDispatcher(AttemptDispatcher):
         if stored.get(REUSE_CACHED_DELIVERABLE):
             self._reused().add((rollout.task_index, rollout.rollout_index))
         failure = _failure_of(stored)
-        final_reason = self._final_reason(failure, seen, attempt)
-        stored[FINAL] = final_reason is not None
-        stored[FINAL_REASON] = final_reason
+        final_reason = self._mark_final(stored, failure, seen, attempt, report)
         stored["rollout_failure"] = self._record(rollout, attempt, failure, seen)
         return AttemptRow(stored, succeeded=False, final=final_reason is not None)

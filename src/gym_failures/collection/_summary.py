@@ -41,6 +41,12 @@ class CollectionSummary:
     """Lines of the run's materialized inputs that name no rollout (or one already named): skipped."""
     omitted: int = 0
     """Attempts whose reply NeMo Gym's protocol marks never to be saved (`_ng_no_persist`): no row."""
+    left_open: int = 0
+    """Rollouts without a final outcome a `fill_short_groups` resume left as they are: no short group
+    needed them (`gym_failures.collection._groups`). A later resume dispatches (or closes) them."""
+    unfillable_groups: int = 0
+    """Groups a `fill_short_groups` resume could not bring to `min_valid_per_group` valid members, even
+    if every member it may re-run came back valid: left as they are."""
     breaker: BreakerTrip | None = None
     """The failure the breaker ended the run on (`BreakerOpen`); None when it did not."""
     scans: list[JsonlScan] = field(default_factory=list)

@@ -13,6 +13,10 @@ Protocol (the collector's, `gym_failures.collection`): `POST /run` with `{"task"
    makes runs in the sandbox (`/sandbox/run`, never retried: a command may have effects);
 3. `verify` (stage `verification`).
 
+Each policy reply's token usage is added to the request's sums (`observe_usage`): the reply's
+`X-Gym-Model-Calls` header (sent by `FailureReportMiddleware`) counts the policy calls, one a turn,
+their attempts and tokens, which `collect` saves on the attempt's row.
+
 The reply's `result` is `{"reward", "response" (the final Responses object), "verification":
 {"verdict", "extracted_answer"}}`. An empty or truncated answer is the policy's own outcome, so it
 is a result (reward 0) that the acceptance gate classifies later. Any failure is a `failure` (an
@@ -55,7 +59,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from gym_failures.asgi import FailureReportMiddleware
-from gym_failures.client import map_transport_errors, raise_boundary_failure, retry_model_call
+from gym_failures.client import map_transport_errors, observe_usage, raise_boundary_failure, retry_model_call
 from gym_failures.demo._plan import draw
 from gym_failures.demo._responses import (
     INSTRUCTIONS,
@@ -364,9 +368,13 @@ class _Agent:
             async with http.post(url, json=payload, headers=headers) as reply:
                 await raise_boundary_failure(reply, boundary="model", stage="agent", **ids)
                 if stream and reply.content_type == "text/event-stream":
-                    return await _read_stream(reply, url, operation_id, attempt_id)
+                    streamed = await _read_stream(reply, url, operation_id, attempt_id)
+                    observe_usage(streamed)
+                    return streamed
                 data = await reply.read()
-        return _json_object(data, url, ModelFailure, "agent")
+        response = _json_object(data, url, ModelFailure, "agent")
+        observe_usage(response)
+        return response
 
 
 async def _read_stream(

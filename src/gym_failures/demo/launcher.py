@@ -203,6 +203,8 @@ def _collect(
             # credentials, which the agent accepts (`DemoGuard`), and never shows it in a URL.
             agent_url=urls["agent"].replace("://", f"://{_COLLECTOR_USER}:{token}@", 1),
             num_repeats=options.num_repeats,
+            # The live line counts the groups as the demo's gate does: at least half valid.
+            min_valid_per_group=(options.num_repeats + 1) // 2,
             concurrency=options.concurrency,
             max_attempts=options.max_attempts,
             # Only for an agent that hangs: every episode's own calls are bounded well within it.

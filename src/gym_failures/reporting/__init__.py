@@ -17,6 +17,16 @@ The summary's parts, each private to the package:
 - `_sql`: the summary engine's SQL: the columns read, the macros and every row's group key.
 - `_groupings`: the summary's groupings (by class, kind, root cause, boundary, stage, status,
   attempt, reason) and their models.
+- `_cost_keys`: what one attempt cost, read strictly from its row's `_gf_duration_s`, `_gf_usage` and
+  `_gf_model_calls`, in Python (`row_cost`: telemetry reads it too) and in the summary's SQL.
+- `_cost`: what failures cost (`Cost`): attempts, seconds and tokens of failed attempts and re-runs,
+  by class, kind and root cause, and the amplification of model attempts per rollout; the cells the
+  terminal and the HTML page show.
+
+The HTML page's parts:
+
+- `_html_parts`: its tables and cell formats.
+- `_cost_html`: its section "What failures cost".
 
 Every tool reads rows through `gym_failures.rows`. Nothing is imported here, so that importing one tool
 never loads duckdb for another.

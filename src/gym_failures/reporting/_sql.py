@@ -22,6 +22,7 @@ from gym_failures.nemo_gym import (
     MAX_BODY_CHARS,
     max_rollout_attempts,
 )
+from gym_failures.reporting._cost_keys import COST_COLUMNS, COST_MACROS, COST_PROJECTION
 from gym_failures.reporting._reasons import reason_macro
 from gym_failures.reporting._roots import (
     BOUNDARY_FIELD_REGEX,
@@ -68,6 +69,7 @@ COLUMNS: dict[str, str] = {
     "_gf_final": "JSON",
     "_gf_final_reason": "JSON",
     "_gf_closed_on_resume": "JSON",
+    "closed_on_resume": "JSON",
     "_gf_task_id": "JSON",
     "rollout_id": "JSON",
     "_ng_task_index": "JSON",
@@ -94,6 +96,7 @@ COLUMNS: dict[str, str] = {
     "_ng_failure_response_body": "JSON",
     "_ng_no_persist": "JSON",
     "_ng_dispatch_drained": "JSON",
+    **COST_COLUMNS,
 }
 
 KEY_COLUMNS: dict[str, str] = {
@@ -191,6 +194,7 @@ CREATE OR REPLACE TEMP MACRO _gf_body_root(t) AS _gf_body_in(left(t, {body_text}
 CREATE OR REPLACE TEMP MACRO _gf_cut(r) AS
     CASE WHEN length(r) > {REASON_CHARS} THEN left(r, {REASON_CHARS} - 1) || '…' ELSE r END;
 """
+    + COST_MACROS
 )
 
 # The projection of every input row to the group key, by the rules of `gym_failures.rows.normalized`
@@ -342,6 +346,11 @@ def _chain(rows: str) -> str:
     )
 
 
+# The rows that reported model calls are also listed within their group (`rollout_rows`: each row's
+# rollout, its logical calls and its weight; the group's key holds its model attempts), and summed by
+# rollout from there into `cost_rollouts`, for the amplification per rollout. A second grouping of the
+# scan by rollout (GROUPING SETS) kept every aggregate's state for every rollout: about 300 MB more
+# peak memory over a million rows of 250,000 rollouts; the list is 24 bytes a row.
 GROUPED = """
 CREATE TEMP TABLE grouped AS
 SELECT
@@ -350,23 +359,45 @@ SELECT
     attempt_number AS attempt, final_outcome AS final,
     _gf_cut(_gf_reason(reason)) AS reason,
     min(_gf_cut(raw_reason)) FILTER (WHERE w > 0) AS example,
-    quota, sum(w) AS n
+    quota, sum(w) AS n,
+    cost_attempt, cost_rerun AS rerun, cost_model_attempts AS model_attempts,
+    sum(w * cost_micros) AS micros, coalesce(sum(w) FILTER (cost_micros IS NOT NULL), 0) AS micros_rows,
+    sum(w * cost_input_tokens) AS input_tokens,
+    coalesce(sum(w) FILTER (cost_input_tokens IS NOT NULL), 0) AS input_tokens_rows,
+    sum(w * cost_output_tokens) AS output_tokens,
+    coalesce(sum(w) FILTER (cost_output_tokens IS NOT NULL), 0) AS output_tokens_rows,
+    sum(w * cost_model_calls) AS model_calls, sum(w * cost_model_attempts) AS model_attempts_sum,
+    sum(w * cost_failed_model_attempts) AS failed_model_attempts,
+    coalesce(sum(w) FILTER (cost_model_attempts IS NOT NULL), 0) AS model_rows,
+    list({'key': cost_rollout_key, 'name': cost_rollout, 'calls': cost_model_calls, 'w': w})
+        FILTER (WHERE cost_model_attempts IS NOT NULL) AS rollout_rows
 FROM (SELECT *, reason AS raw_reason FROM ({projection}))
-GROUP BY ALL
+GROUP BY ALL;
+CREATE TEMP TABLE cost_rollouts AS
+SELECT item.key AS rollout_key, item.name AS rollout, sum(item.w) AS model_rows,
+    sum(item.w * item.calls) AS model_calls, sum(item.w * model_attempts) AS model_attempts
+FROM (SELECT model_attempts, unnest(rollout_rows) AS item FROM grouped WHERE rollout_rows IS NOT NULL)
+WHERE item.key IS NOT NULL OR item.name IS NOT NULL
+GROUP BY ALL HAVING sum(item.w) > 0;
+ALTER TABLE grouped DROP COLUMN rollout_rows;
 """
 """The statement that groups `projection`'s rows (put in for `{projection}`) into the temporary
 table `grouped`: one row per distinct key, its weight `n`; a reason normalized
 (`_reasons.normalized_reason`) and cut to `REASON_CHARS`, with one real reason of the group as its
-`example` (the least, from a row counted, not subtracted)."""
+`example` (the least, from a row counted, not subtracted); the cost's sums (`micros`, tokens, model
+calls and attempts, each with the rows that reported it: `gym_failures.reporting._cost`). Beside it,
+`cost_rollouts`: per rollout whose rows reported model calls, those rows (`model_rows`), their
+logical calls and their model attempts (`rollout_key` or `rollout`: `_cost_keys.COST_PROJECTION`)."""
 
 
 def projection(source_table: str, max_attempts: int | None = None) -> str:
     """The per-row projection (`w`, `not_persisted`, `is_failure`, `is_success`, `masked`, `degraded`,
     `tainted`, `recovered`, `reported_kind`, `kind`, `stage`, `boundary`, `http_status`,
     `attempt_number`, `final_outcome`, `reason`, `root_kind`, `root_boundary`, `root_status`,
-    `root_stage`, `quota`) over the table expression `source_table`, which supplies `COLUMNS` and a
-    row weight `w`. `max_attempts` is the budget that makes a NeMo Gym failure row final (NeMo Gym's
-    own, `max_rollout_attempts()`, when None). The statement uses the macros `MACROS` creates."""
+    `root_stage`, `quota`, and the cost's columns: `gym_failures.reporting._cost_keys.COST_PROJECTION`)
+    over the table expression `source_table`, which supplies `COLUMNS` and a row weight `w`.
+    `max_attempts` is the budget that makes a NeMo Gym failure row final (NeMo Gym's own,
+    `max_rollout_attempts()`, when None). The statement uses the macros `MACROS` creates."""
     budget = max_rollout_attempts() if max_attempts is None else max_attempts
     label = "_str(_ng_failure_class)"
     for alias, kind in sorted(LABEL_ALIASES.items()):
@@ -385,7 +416,7 @@ def projection(source_table: str, max_attempts: int | None = None) -> str:
         .replace("{kind_chars}", "128")
         .replace("{source}", source_table)
     )
-    return _ROOTS.replace("{chain}", _chain(rows))
+    return COST_PROJECTION.replace("{rows}", _ROOTS.replace("{chain}", _chain(rows)))
 
 
 def read_json_source(files: Sequence[Path], columns_read: dict[str, str] | None = None) -> str:

@@ -6,7 +6,8 @@ charts of the failure share by class, by kind and by root cause (each coloured b
 failures over attempt number (stacked by class); and the tables by kind, the kind the failed call
 reported, root cause, boundary, stage and HTTP status (with the root's status), and of the most
 common reasons (normalized, with one real example) and quota resets, as `gym-failures summarize`
-prints them.
+prints them; last, what the attempts cost (`gym_failures.reporting._cost_html`). Its tables are
+`gym_failures.reporting._html_parts`'.
 
 Decisions:
 
@@ -31,6 +32,12 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from gym_failures.failure_kinds import reporting_failure_kind
+from gym_failures.reporting._cost_html import cost_section
+from gym_failures.reporting._html_parts import Html as _Html
+from gym_failures.reporting._html_parts import breakable as _breakable
+from gym_failures.reporting._html_parts import label as _label
+from gym_failures.reporting._html_parts import percent as _percent
+from gym_failures.reporting._html_parts import table as _table
 
 if TYPE_CHECKING:  # only annotations need them: rendering a summary does not load duckdb
     from gym_failures.gate import GateVerdict
@@ -70,14 +77,6 @@ ul.tree li { margin: .35rem 0; }
 .kind { font-weight: bold; } .boundary { color: #0a6a8a; } .dim { color: #666; }
 .reason { font-style: italic; display: block; }
 """
-
-
-def _label(value: object) -> str:
-    return "(none)" if value is None else str(value)
-
-
-def _percent(share: float) -> str:
-    return f"{share:.1%}"
 
 
 def _hbar_chart(bars: Sequence[tuple[str, int, float, str]]) -> str:
@@ -149,40 +148,6 @@ def _legend() -> str:
         )
         + "</p>"
     )
-
-
-class _Html(str):
-    """A table cell already written as HTML (its text from the rows escaped)."""
-
-
-def _table(
-    header: Sequence[str],
-    rows: Sequence[Sequence[object]],
-    numeric: frozenset[int],
-    sub: frozenset[int] = frozenset(),
-) -> str:
-    """A table inside its own scrolling box; the rows whose index is in `sub` are indented."""
-    if not rows:
-        return "<p>None.</p>"
-    head = "".join(f"<th>{escape(name)}</th>" for name in header)
-    body = "".join(
-        ('<tr class="sub">' if number in sub else "<tr>")
-        + "".join(
-            f'<td class="n">{escape(str(cell))}</td>'
-            if index in numeric
-            else f"<td>{cell if isinstance(cell, _Html) else _breakable(cell)}</td>"
-            for index, cell in enumerate(row)
-        )
-        + "</tr>"
-        for number, row in enumerate(rows)
-    )
-    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
-
-
-def _breakable(value: object) -> str:
-    """`value` escaped, with a line-break opportunity after each underscore: a kind such as
-    `model_policy_response_timeout` then wraps on a phone instead of widening its table."""
-    return escape(str(value)).replace("_", "_<wbr>")
 
 
 def _group_table(title: str, groups: Sequence[GroupCount]) -> str:
@@ -283,7 +248,7 @@ def _cause_tree_section(explanation: RowExplanation) -> str:
     if explanation.final:
         state += f" · final ({explanation.final_reason or 'final'})"
     elif explanation.final is False:
-        state += " · retried"
+        state += explanation.not_final_label
     attempt = explanation.attempt if explanation.attempt is not None else "?"
     items = []
     failure = explanation.failure
@@ -557,6 +522,8 @@ def render_html(
                 frozenset({1}),
             ),
         ]
+    if summary.cost is not None:
+        sections.append(cost_section(summary.cost))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

@@ -74,6 +74,11 @@ Python equal over generated files):
   of each pair is kept as its `example`.
 - Quota reset times: `quota_reset_text` of the reason of every `provider_quota_exhausted` event in a
   failure row's report (and of a legacy row's own reason), counted per reset time.
+- What the attempts cost (`cost`): attempts, seconds, tokens and model attempts of every attempt, of
+  the failed ones (by class, kind and root cause) and of the re-runs, and how model attempts multiply
+  per rollout attempt and per rollout (`gym_failures.reporting._cost`, which says what each is). The
+  same scan sums them into the grouped table, and groups the rows that report model calls by
+  rollout beside it (`cost_rollouts`: one row per such rollout).
 - The gate classes (`GATE_DERIVED_KINDS`) are not counted here: deriving them reads each success row's
   whole result, which this engine never copies; `gym_failures.gate` (`gym-failures gate`) counts them.
 
@@ -92,6 +97,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gym_failures.failure_kinds import FailureClassificationConfig
 from gym_failures.nemo_gym import read_inventory
+from gym_failures.reporting._cost import Cost, cost_summary
 from gym_failures.reporting._groupings import (
     TOP_REASONS,
     AttemptCount,
@@ -127,6 +133,7 @@ __all__ = [
     "REASON_CHARS",
     "TOP_REASONS",
     "AttemptCount",
+    "Cost",
     "GroupCount",
     "KindCount",
     "QuotaReset",
@@ -198,6 +205,9 @@ class Summary(BaseModel):
     """Failure rows by HTTP status and their root cause's."""
     top_reasons: list[ReasonCount]
     quota_resets: list[QuotaReset]
+    cost: Cost | None = None
+    """What the attempts cost: seconds, tokens and model attempts, of failed attempts and re-runs too
+    (`gym_failures.reporting._cost`); `summarize` always sets it."""
 
 
 def input_files(paths: Iterable[Path]) -> list[Path]:
@@ -398,5 +408,6 @@ def _aggregate(
         torn_tails=torn,
         top_reasons=top_reasons(connection),
         quota_resets=quota_resets(connection),
+        cost=cost_summary(connection, config),
         **grouped_counts(connection, failures, config),
     )

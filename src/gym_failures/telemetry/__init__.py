@@ -23,6 +23,13 @@ What is recorded:
   the whole report's JSON), so operators see how close replies come to the bound and how often they
   pass it. The sizes are kept in process and recorded in batches, at each collection and whenever
   128 wait, outside any trace (no exemplar under the default filter).
+- What each of those attempts cost, from its row (`_gf_duration_s`, `_gf_model_calls`, `_gf_usage`;
+  nothing for a row that reports none, such as a row NeMo Gym's own collector writes), with the
+  counter's attributes but `nemo.gym.failure_type`: `gym.rollout.attempt.duration` (histogram, unit
+  `s`: the attempt's wall time at the collector), `gym.rollout.attempt.model_attempts` (histogram,
+  unit `{attempt}`: the model attempts of the attempt's logical model calls, SDK and client retries
+  included: their mean is the amplification per rollout attempt) and `gym.rollout.attempt.tokens`
+  (counter, unit `{token}`, with `gen_ai.token.type` `input` or `output`).
 - On the active span (a server's span), a reply with a failure report sets the attributes
   `nemo.gym.failure.chain` (every event of the report, `kind@boundary`) and, when it carries a
   failure, that failure's `nemo.gym.failure.event_id`, `cause_id`, kind, boundary and stage,
@@ -35,9 +42,10 @@ nemo_gym/rollout_collection.py:133). In a NeMo Gym server the instruments share 
 provider, and so the resource with NeMo Gym's `nemo.gym.server.name`, `nemo.gym.server.type` and
 `nemo.gym.version` (docs/telemetry.md, "NeMo Gym 0.7.0").
 
-Both counters are observable counters, counted in process and read at each collection: the SDK's
-synchronous `add` with five attributes costs about 5 µs, this about 0.3 µs. Labels are bounded
-(`failure_kind_label`): reasons, ids and URLs are never labels.
+The counters are observable counters, counted in process and read at each collection: the SDK's
+synchronous `add` with five attributes costs about 5 µs, this about 0.3 µs. The attempts' histograms
+are synchronous, one record per attempt: an attempt's own round trip is milliseconds at least.
+Labels are bounded (`failure_kind_label`): reasons, ids and URLs are never labels.
 
 Decisions:
 - A failure written into a streamed reply's terminal event is not seen by the middleware (streams
@@ -56,6 +64,9 @@ from gym_failures.telemetry._labels import (
 from gym_failures.telemetry._progress import CollectionProgress, RolloutOutcome, rollout_outcome
 from gym_failures.telemetry._prometheus import MetricsServer, MetricsUnavailable, serve_metrics
 from gym_failures.telemetry._record import (
+    ATTEMPT_DURATION,
+    ATTEMPT_MODEL_ATTEMPTS,
+    ATTEMPT_TOKENS,
     REPORT_SIZE,
     ROLLOUTS_COMPLETED,
     SERVER_FAILURES,
@@ -67,6 +78,9 @@ from gym_failures.telemetry._record import (
 )
 
 __all__ = [
+    "ATTEMPT_DURATION",
+    "ATTEMPT_MODEL_ATTEMPTS",
+    "ATTEMPT_TOKENS",
     "MAX_FAILURE_TYPES",
     "MAX_NAMESPACED_KINDS",
     "REPORT_SIZE",

@@ -12,7 +12,9 @@ row is `failed`, with its responsibility class (`classify_failure` of the `Episo
 stage, else its failure event's, and the failure event's HTTP status: the evidence the gate uses), its
 kind and its exception type (the failure event's `exception_type`, else the Gym failure class of its
 boundary, `ModelFailure` for a model server's). `omitted` is an attempt that finished without a row
-(its row could not be saved, which ends the run).
+(its row could not be saved, which ends the run). Every outcome also carries what its row says the
+attempt cost (`cost`: its seconds, tokens and model attempts, read strictly by
+`gym_failures.reporting._cost_keys.row_cost`; nothing for a row that reports none).
 
 `CollectionProgress` is what the collector hands its `on_progress` hook after every change: the
 rollouts expected and done (those done on disk when the run started included), this run's successes,
@@ -29,6 +31,7 @@ from typing import Any, Literal, get_args
 from gym_failures.failure_kinds import FailureStage, classify_failure
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import failure_type_for
+from gym_failures.reporting._cost_keys import NO_COST, RowCost, row_cost
 from gym_failures.row_keys import FINAL
 
 __all__ = ["CollectionProgress", "Outcome", "RolloutOutcome", "rollout_outcome"]
@@ -49,9 +52,11 @@ class RolloutOutcome:
     failure_type: str | None = None
     degraded: bool = False
     """A scored result that names a `failure_kind` without `mask_sample`: measured, but degraded."""
+    cost: RowCost = NO_COST
+    """What the row says the attempt cost: nothing reported unless the row carries the cost keys."""
 
 
-def _success_outcome(row: Mapping[str, Any]) -> RolloutOutcome:
+def _success_outcome(row: Mapping[str, Any], cost: RowCost) -> RolloutOutcome:
     """A success row's outcome, as the gate's default rules count it."""
     # Imported here: the gate's modules are loaded only once a success row is counted.
     from gym_failures.gate import derive_gate_kind, gate_kind_class, tainted_failure
@@ -60,20 +65,23 @@ def _success_outcome(row: Mapping[str, Any]) -> RolloutOutcome:
 
     read = normalized(row)
     if read.get("masked") is True:
-        return RolloutOutcome("masked", final=True)
+        return RolloutOutcome("masked", final=True, cost=cost)
     tainted = tainted_failure(read)
     if tainted is not None:
-        return RolloutOutcome("tainted", True, failure_class=tainted[1], failure_kind=tainted[0])
+        return RolloutOutcome("tainted", True, failure_class=tainted[1], failure_kind=tainted[0], cost=cost)
     kind = derive_gate_kind(read)
     if kind is not None:
-        return RolloutOutcome("gate_derived", True, failure_class=gate_kind_class(kind), failure_kind=kind)
-    return RolloutOutcome("scored", final=True, degraded=degraded_kind(read) is not None)
+        return RolloutOutcome(
+            "gate_derived", True, failure_class=gate_kind_class(kind), failure_kind=kind, cost=cost
+        )
+    return RolloutOutcome("scored", final=True, degraded=degraded_kind(read) is not None, cost=cost)
 
 
 def rollout_outcome(row: Mapping[str, Any]) -> RolloutOutcome:
-    """The outcome of a row the collector wrote (a success row or a failure row)."""
+    """The outcome of a row the collector wrote (a success row or a failure row), with its cost."""
+    cost = row_cost(row)
     if "failure" not in row:
-        return _success_outcome(row)
+        return _success_outcome(row, cost)
     failure = row.get("failure")
     failure = failure if isinstance(failure, Mapping) else {}
     report = FailureReportRow.report(row)
@@ -94,6 +102,7 @@ def rollout_outcome(row: Mapping[str, Any]) -> RolloutOutcome:
         failure_class=classify_failure(kind, stage, status).value,  # type: ignore[arg-type]
         failure_kind=kind,
         failure_type=failure_type,
+        cost=cost,
     )
 
 

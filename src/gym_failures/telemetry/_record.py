@@ -1,5 +1,6 @@
 """Recording through OpenTelemetry's global providers: the two counters, the report-size histogram,
-the server span's failure attributes and the caller's remote-failure event; a no-op without
+the attempts' cost (their duration and model attempts as histograms, their tokens as a counter), the
+server span's failure attributes and the caller's remote-failure event; a no-op without
 `opentelemetry-api`.
 
 `opentelemetry` is imported on the first record, never before, and at most once: without it every
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from gym_failures.failure_kinds import classify_failure
 from gym_failures.failure_records import FailureEvent, FailureReport
 from gym_failures.reply import FittedReport
+from gym_failures.reporting._cost_keys import NO_COST, RowCost
 from gym_failures.telemetry._labels import failure_kind_label, failure_type_label
 from gym_failures.telemetry._progress import RolloutOutcome
 
@@ -33,6 +35,9 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Status
 
 __all__ = [
+    "ATTEMPT_DURATION",
+    "ATTEMPT_MODEL_ATTEMPTS",
+    "ATTEMPT_TOKENS",
     "BOUNDARY",
     "DISPATCH_NAME",
     "FAILURE_CLASS",
@@ -47,6 +52,7 @@ __all__ = [
     "SPAN_EVENT",
     "SPAN_REMOTE_EVENT",
     "STAGE",
+    "TOKEN_TYPE",
     "record_remote_failure",
     "record_reply",
     "record_rollout",
@@ -62,6 +68,9 @@ SPAN_EVENT = "gym.failure"
 """The span event failure replies added to the server's span until the reply's failure moved into
 the span's attributes (`_mark_span`); kept so that imports of it keep working."""
 SPAN_REMOTE_EVENT = "gym.failure.remote"
+ATTEMPT_DURATION = "gym.rollout.attempt.duration"
+ATTEMPT_MODEL_ATTEMPTS = "gym.rollout.attempt.model_attempts"
+ATTEMPT_TOKENS = "gym.rollout.attempt.tokens"
 
 ROLLOUT_OUTCOME = "nemo.gym.rollout.outcome"
 DISPATCH_NAME = "nemo.gym.rollout.dispatch.name"
@@ -71,6 +80,8 @@ FAILURE_TYPE = "nemo.gym.failure_type"
 BOUNDARY = "nemo.gym.boundary"
 STAGE = "nemo.gym.stage"
 HTTP_STATUS = "http.response.status_code"
+TOKEN_TYPE = "gen_ai.token.type"
+"""OpenTelemetry's GenAI attribute for a token count's side: `input` or `output`."""
 _EVENT_ID = "nemo.gym.failure.event_id"
 _CAUSE_ID = "nemo.gym.failure.cause_id"
 _EVENT_IDS = "nemo.gym.failure.event_ids"
@@ -78,6 +89,10 @@ _CHAIN = "nemo.gym.failure.chain"
 
 # Bytes: the header's bound is 4096, so the buckets are finest just under it.
 _SIZE_BUCKETS = (128.0, 256.0, 512.0, 1024.0, 2048.0, 3072.0, 3584.0, 4096.0, 8192.0, 16384.0, 65536.0)
+# Seconds: an attempt takes from a fraction of a second (a refusal) to the collector's timeout.
+_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+# Model attempts per rollout attempt: 3 SDK retries times 3 client retries is 9 per logical call.
+_MODEL_ATTEMPT_BUCKETS = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 9.0, 12.0, 20.0, 27.0, 50.0, 100.0)
 
 
 class _Counts:
@@ -94,10 +109,10 @@ class _Counts:
         self._counts: dict[tuple[tuple[str, str | int], ...], int] = {}
         self._lock = threading.Lock()
 
-    def add(self, key: tuple[tuple[str, str | int], ...]) -> None:
-        """Count one for the attributes `key` (their items, in a fixed order)."""
+    def add(self, key: tuple[tuple[str, str | int], ...], amount: int = 1) -> None:
+        """Count `amount` for the attributes `key` (their items, in a fixed order)."""
         with self._lock:
-            self._counts[key] = self._counts.get(key, 0) + 1
+            self._counts[key] = self._counts.get(key, 0) + amount
 
     def observe(self, options: CallbackOptions) -> Iterable[Observation]:
         from opentelemetry.metrics import Observation
@@ -152,8 +167,21 @@ class _Sizes:
 _SIZE_BATCH = 128
 
 
+class _AttemptCost:
+    """The instruments of what the collector's attempts cost: their duration and model attempts
+    (synchronous histograms: one record per attempt, whose own round trip is milliseconds at least)
+    and their tokens (an observable counter, like the others)."""
+
+    __slots__ = ("duration", "model_attempts", "tokens")
+
+    def __init__(self, duration: Histogram, model_attempts: Histogram, tokens: _Counts) -> None:
+        self.duration = duration
+        self.model_attempts = model_attempts
+        self.tokens = tokens
+
+
 class _Instruments:
-    __slots__ = ("current_span", "error_status", "report_size", "rollouts", "server_failures")
+    __slots__ = ("attempt_cost", "current_span", "error_status", "report_size", "rollouts", "server_failures")
 
     def __init__(
         self,
@@ -162,6 +190,7 @@ class _Instruments:
         report_size: _Sizes,
         current_span: Callable[[], Span],
         error_status: Status,
+        attempt_cost: _AttemptCost,
     ) -> None:
         self.rollouts = rollouts
         self.server_failures = server_failures
@@ -170,6 +199,7 @@ class _Instruments:
         self.error_status = error_status
         """The error `Status`, made once: an import statement and a `Status` per failure reply cost
         about two microseconds."""
+        self.attempt_cost = attempt_cost
 
 
 _UNSET: Any = object()
@@ -239,12 +269,44 @@ def _made(meter: Meter) -> _Instruments:
         description="Failures the servers replied with.",
     )
     return _Instruments(
-        rollouts, server_failures, sizes, trace.get_current_span, trace.Status(trace.StatusCode.ERROR)
+        rollouts,
+        server_failures,
+        sizes,
+        trace.get_current_span,
+        trace.Status(trace.StatusCode.ERROR),
+        _attempt_cost(meter),
+    )
+
+
+def _attempt_cost(meter: Meter) -> _AttemptCost:
+    tokens = _Counts()
+    meter.create_observable_counter(
+        ATTEMPT_TOKENS,
+        callbacks=[tokens.observe],
+        unit="{token}",
+        description="Tokens the model replies of the collector's attempts reported, by side.",
+    )
+    return _AttemptCost(
+        meter.create_histogram(
+            ATTEMPT_DURATION,
+            unit="s",
+            description="Wall time of each rollout attempt at the collector, by outcome.",
+            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
+        ),
+        meter.create_histogram(
+            ATTEMPT_MODEL_ATTEMPTS,
+            unit="{attempt}",
+            description="Model attempts (SDK and client retries included) of each rollout attempt.",
+            explicit_bucket_boundaries_advisory=list(_MODEL_ATTEMPT_BUCKETS),
+        ),
+        tokens,
     )
 
 
 def record_rollout(outcome: RolloutOutcome, dispatch_name: str) -> None:
-    """Count one finished attempt in `gym.rollout.completed_total`."""
+    """Count one finished attempt in `gym.rollout.completed_total`, and record what its row says it
+    cost: its duration and model attempts, and its tokens (each only when the row reports it), with
+    the same attributes but the failure type."""
     instruments = _instruments if _instruments is not _UNSET else _load()
     if instruments is None:
         return
@@ -255,10 +317,25 @@ def record_rollout(outcome: RolloutOutcome, dispatch_name: str) -> None:
         if outcome.failure_kind is not None:
             attributes[FAILURE_KIND] = failure_kind_label(outcome.failure_kind)
         if outcome.failure_type is not None:
-            attributes[FAILURE_TYPE] = failure_type_label(outcome.failure_type)
-        instruments.rollouts.add(tuple(attributes.items()))
+            instruments.rollouts.add(
+                (*attributes.items(), (FAILURE_TYPE, failure_type_label(outcome.failure_type)))
+            )
+        else:
+            instruments.rollouts.add(tuple(attributes.items()))
+        if outcome.cost is not NO_COST:
+            _record_cost(instruments.attempt_cost, outcome.cost, attributes)
     except Exception as error:
         LOGGER.debug("could not record a rollout (%s)", type(error).__name__)
+
+
+def _record_cost(instruments: _AttemptCost, cost: RowCost, attributes: dict[str, str | int]) -> None:
+    if cost.seconds is not None:
+        instruments.duration.record(cost.seconds, attributes)
+    if cost.model_attempts is not None:
+        instruments.model_attempts.record(cost.model_attempts, attributes)
+    for side, tokens in (("input", cost.input_tokens), ("output", cost.output_tokens)):
+        if tokens:
+            instruments.tokens.add((*attributes.items(), (TOKEN_TYPE, side)), tokens)
 
 
 def record_reply(status: int, report: FailureReport, fitted: FittedReport) -> None:

@@ -142,6 +142,7 @@ def _wait_ready(ports: list[int], processes: list[subprocess.Popen[bytes]]) -> N
             if any(process.poll() is not None for process in processes):
                 raise SystemExit("a server exited before it was ready")
             try:
+                # speed-ok: one probe of a port; a slow one is retried by the loop, never failed
                 with socket.create_connection(("127.0.0.1", port), timeout=5):
                     break
             except OSError:
