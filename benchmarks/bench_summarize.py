@@ -3,7 +3,10 @@
 The input: 1,000,000 synthetic rows in one JSONL file, 90% success rows (an OpenAI Responses object
 with a reasoning item and an answer, a verification and a reward; about 700 bytes) and 10% failure
 rows whose reports hold a 3-event cause chain built from real `gym_failures.failures` exceptions
-(about 1.4 KB), on attempts 1 to 3, some final. It is generated once and reused from
+(about 1.4 KB), on attempts 1 to 3, some final. Every row says what its attempt cost, as rows
+collected since issue 30 do: its duration (`_gf_duration_s`), and the agent's model calls
+(`_gf_model_calls`, one to three attempts) with their token usage (`_gf_usage`) on a success. It is
+generated once and reused from
 `$TMPDIR/gym-failures-bench/` (the file name carries the generator version).
 
 The subjects, timed in the same run, in alternating order, each in a fresh subprocess:
@@ -49,7 +52,7 @@ ROWS = 1_000_000
 FAILURE_SHARE = 0.10
 ROUNDS = 3
 TARGET = 1.5
-_GENERATOR_VERSION = 2
+_GENERATOR_VERSION = 3
 
 
 # Over 80 lines only because it lists five failure chains as data; the logic is the last dozen lines.
@@ -241,9 +244,16 @@ def generate(path: Path, rows: int = ROWS, seed: int = 5) -> None:
                 row = {**base, "attempt": attempt, **_fresh_ids(rng.choice(templates), rng, serial)}
                 row["final"] = attempt == 3
                 row["final_reason"] = "attempt_budget_exhausted" if attempt == 3 else None
+                attempts = rng.randint(1, 3)
+                row["_gf_model_calls"] = {"calls": 1, "attempts": attempts, "failed_attempts": attempts}
             else:
                 result = _success_result(rng, serial)
                 row = {**base, "attempt": 1, "result": result, "reward": result["reward"]}
+                usage = {"input_tokens": 812, "output_tokens": result["response"]["usage"]["output_tokens"]}
+                attempts = rng.choice((1, 1, 1, 2))
+                row["_gf_model_calls"] = {"calls": 1, "attempts": attempts, "failed_attempts": attempts - 1}
+                row["_gf_usage"] = usage
+            row["_gf_duration_s"] = round(rng.uniform(0.2, 90.0), 3)
             handle.write(json.dumps(row, separators=(",", ":")) + "\n")
     partial.replace(path)
 
