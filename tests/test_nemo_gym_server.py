@@ -1,22 +1,32 @@
-"""`gym_failures.nemo_gym_server` on its own: the secrets it finds in a config, and the boundary a
-class must name. The real NeMo Gym servers are in tests/nemo_gym_peer/test_nemo_gym_servers.py."""
+"""`gym_failures.nemo_gym_server` on its own: the secrets it finds in a config, the boundary a class
+must name, and an instrumented server's outbound aiohttp calls, against a local upstream that drops
+the connection or cuts its reply. The real NeMo Gym servers are in
+tests/nemo_gym_peer/test_nemo_gym_servers.py and tests/nemo_gym_peer/test_outbound_chain.py."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import socketserver
+import threading
+from collections.abc import Iterator
 from typing import ClassVar
 
+import aiohttp
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, SecretStr
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from gym_failures.failure_kinds import MODEL_SERVER_ERROR
-from gym_failures.failure_records import FailureBoundary
+from gym_failures._body_report import body_report
+from gym_failures.failure_kinds import MODEL_SERVER_ERROR, PROVIDER_PROTOCOL_ERROR, TRANSPORT_PEER_DROP
+from gym_failures.failure_records import FailureBoundary, FailureReport
+from gym_failures.failure_transport import FailureHeader
 from gym_failures.failures import ModelFailure
 from gym_failures.nemo_gym_server import boundary_of, instrument, instrument_app, server_secrets
 from gym_failures.redaction import MIN_KNOWN_SECRET, forget_registered_secrets
@@ -71,7 +81,7 @@ def test_instrument_app_adds_the_middleware_once() -> None:
     finally:
         forget_registered_secrets()
     assert [getattr(entry.cls, "__name__", None) for entry in app.user_middleware] == [
-        "FailureReportMiddleware"
+        "NemoGymFailureMiddleware"
     ]
 
 
@@ -162,3 +172,111 @@ def test_a_model_name_in_the_config_survives_in_a_failure_text() -> None:
         assert redact("key policy-key-0123456789 refused") == "key [REDACTED] refused"
     finally:
         forget_registered_secrets()
+
+
+# --- Outbound calls ---------------------------------------------------------------------------------
+
+_CANARY = "sk-outbound-canary-0123456789"
+
+
+class _Upstream(socketserver.BaseRequestHandler):
+    """Reads one request, then: `drop` closes before any reply; `cut` sends the headers (announcing
+    event `ev-endpoint-cut`) and half the body, then closes; `malformed` sends a whole body that is
+    not JSON (announcing `ev-endpoint-bad`)."""
+
+    mode = "drop"
+
+    def handle(self) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = self.request.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        body = b'{"id": "resp_1", "output": []}'
+        if self.mode == "cut":
+            head = b"X-Gym-Fault-Event: ev-endpoint-cut\r\ncontent-length: %d\r\n" % len(body)
+        elif self.mode == "malformed":
+            head = b"X-Gym-Fault-Event: ev-endpoint-bad\r\ncontent-length: 10\r\nconnection: close\r\n"
+        else:
+            return
+        reply = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n" + head + b"\r\n" + body[:10]
+        self.request.sendall(reply)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[int]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Upstream)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _chain(report: FailureReport) -> list[tuple[str, str, str, str | None]]:
+    return [
+        (event_id, event.boundary.value, event.failure_kind, event.cause_id)
+        for event_id, event in report.events.items()
+    ]
+
+
+def _model_server(port: int) -> Starlette:
+    async def responses(request: Request) -> Response:
+        async with aiohttp.ClientSession() as session:
+            reply = await session.post(
+                f"http://127.0.0.1:{port}/v1/responses?api_key={_CANARY}",
+                json={"input": "hi"},
+                headers={"Authorization": f"Bearer {_CANARY}"},
+            )
+            return JSONResponse(json.loads(await reply.read()))
+
+    app = Starlette(routes=[Route("/v1/responses", responses, methods=["POST"])])
+    instrument_app(app, object(), boundary="model")
+    return app
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind", "endpoint_event"),
+    [
+        ("drop", TRANSPORT_PEER_DROP, None),
+        ("cut", TRANSPORT_PEER_DROP, "ev-endpoint-cut"),
+        ("malformed", PROVIDER_PROTOCOL_ERROR, "ev-endpoint-bad"),
+    ],
+)
+def test_an_upstream_call_that_breaks_is_the_cause_of_the_servers_failure(
+    upstream: int, mode: str, kind: str, endpoint_event: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_Upstream, "mode", mode)
+    with TestClient(_model_server(upstream), raise_server_exceptions=False) as client:
+        reply = client.post("/v1/responses", json={})
+    report = FailureHeader.decode(dict(reply.headers))
+    assert report is not None
+    assert report.failure_id is not None
+    own = report.events[report.failure_id]
+    assert (own.boundary, own.failure_kind) == (FailureBoundary.MODEL, kind)
+    assert own.cause_id is not None
+    cause = report.events[own.cause_id]
+    assert (cause.boundary, cause.failure_kind, cause.cause_id) == (FailureBoundary.MODEL, kind, None)
+    if endpoint_event is not None:
+        assert own.cause_id == endpoint_event
+    # The same chain in the body, for a reader that keeps no headers (NeMo Gym's collector).
+    in_body = body_report(reply.text)
+    assert in_body is not None
+    assert _chain(in_body) == _chain(report)
+    assert _CANARY not in reply.text
+    assert _CANARY not in str(reply.headers)
+
+
+def test_outside_an_instrumented_request_a_session_is_left_alone(upstream: int) -> None:
+    async def call() -> None:
+        async with aiohttp.ClientSession() as session:
+            await session.post(f"http://127.0.0.1:{upstream}/v1/responses", json={})
+
+    _Upstream.mode = "drop"
+    with pytest.raises(aiohttp.ServerDisconnectedError) as raised:
+        asyncio.run(call())
+    assert not hasattr(raised.value, "gym_failures_failure")

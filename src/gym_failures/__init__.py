@@ -44,7 +44,11 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
     collection/                     dispatch rollouts, save rows, attempt budgets, resume
     nemo_gym.py                     NeMo Gym's row keys and labels, read and written beside ours
     nemo_gym_server.py              instrument(): a NeMo Gym server speaking gym-failures, unchanged
+    _nemo_gym_outbound.py           its outbound calls observed: each hop's event, transport kinds
+    _body_report.py                 the report in a failure reply's body, for NeMo Gym's collector
     agent.py                        agent_app(): your own agent's POST /run route from one coroutine
+    agent_server.py                 the standalone agent (`serve agent`): one model call a task,
+                                    NeMo Gym's /run and ours
     rollout_failure.py              the per-attempt record (NeMo Gym's RolloutFailure, version 1)
     wire_contract.py                the JSON Schemas of the header, the stream field and the rows
     ray/                            failures through Ray, and collection spread over Ray workers

@@ -25,6 +25,26 @@ wraps the class's `setup_webserver` so that every app it builds, in every worker
   `raise_boundary_failure` would send; an exception raised `from` it is this server's failure with
   the upstream one as its cause. Existing `await raise_for_status(response)` call sites keep the
   chain without a change;
+- observes its outbound calls (`gym_failures._nemo_gym_outbound`): every aiohttp call the server
+  makes while it serves a request, NeMo Gym's `ServerClient` (through `nemo_gym.server_utils.request`
+  and its global session) and a model server's upstream calls (`NeMoGymAsyncOpenAI`, the same
+  session) alike. A reply's report header is observed; a transport error (a refused connection, a
+  timeout, a connection dropped before the reply or in the middle of its body, aiohttp's
+  `ServerDisconnectedError`, `ClientPayloadError`, ...) becomes a failure of the boundary called, of
+  the kind `map_transport_errors` gives it, under the event id the upstream announced in
+  `X-Gym-Fault-Event` (`gym-failures serve model`); a reply whose JSON body does not parse is a
+  `provider_protocol_error` (a model's; `environment_protocol_violation` for any other server). The
+  aiohttp error itself is re-raised unchanged, so NeMo Gym's retry loops behave as before;
+- adds this hop's event: when an exception that stands for a failed upstream call (one of those, or
+  a status error whose reply carried a report) escapes the handler, the reply is this server's own
+  failure, of the upstream failure's kind and this server's boundary, with the upstream failure as
+  its cause. So the chain that reaches a collector through an instrumented agent and model server is
+  agent (`/run`) -> agent (its own `/v1/responses`) -> model server -> the endpoint's event;
+- puts the report into the failure reply's JSON body too (`failure_report`, bounded and ordered so
+  its root is last: `gym_failures._body_report`), since NeMo Gym's collector keeps a failed `/run`'s
+  body and drops its headers; `gym-failures explain` rebuilds the chain from the row's
+  `_ng_failure_response_body`, through NeMo Gym's own quoting when a server that is not instrumented
+  passed the body on;
 - registers the server's secrets (`gym_failures.redaction.register_secret`): every string in its
   config and in the global config it was given under a key one of whose words is NeMo Gym's word
   for a secret (`nemo_gym.secret_utils.looks_like_secret_key`, nemo_gym/secret_utils.py:24: "token",
@@ -53,9 +73,19 @@ Decisions:
   those keys are not secret here; nor is `author`, which our `auth` matched as a substring. A value
   registered under a real secret key costs at most a word of a failure text, never data. A value shorter
   than `gym_failures.redaction.MIN_KNOWN_SECRET` cannot be registered; its key is logged, never it.
-- This module imports neither NeMo Gym nor a web framework: it needs only what a server and its app
-  are (`config`, `server_client.global_config_dict`, `add_middleware`, `state`), and OmegaConf,
-  when a global config is one, to read it. NeMo Gym's secret-key rule is matched, not imported.
+- An escaped upstream failure gets this server's event on top (issue 31), where the plain
+  `FailureReportMiddleware` forwards it as it came: through NeMo Gym's hops a chain of one event
+  said nothing of which servers it crossed. The hop's event takes the upstream failure's kind, not
+  `infrastructure_error`: a reader that takes a row's kind from its failure's own event (the retry
+  rules, the gate) reads what it read when the upstream failure was forwarded, and the boundary and
+  the chain say where it came from.
+- The outbound calls are observed by wrapping `aiohttp.ClientSession._request` once per process
+  (`_nemo_gym_outbound` says why not a `TraceConfig`); it acts only while an instrumented server
+  serves a request, and never changes what a call raises or returns.
+- This module imports neither NeMo Gym nor a web framework (aiohttp only when `instrument_app`
+  runs): it needs only what a server and its app are (`config`, `server_client.global_config_dict`,
+  `add_middleware`, `state`), and OmegaConf, when a global config is one, to read it. NeMo Gym's
+  secret-key rule is matched, not imported.
 """
 
 from __future__ import annotations
@@ -67,11 +97,21 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, TypeVar
 
+from gym_failures._body_report import with_body_report
+from gym_failures._nemo_gym_outbound import HopApp, Resolver, called_boundaries, observe_aiohttp
 from gym_failures.asgi import ErrorShape, FailureReportMiddleware, Scope
 from gym_failures.failure_records import FailureBoundary
+from gym_failures.failure_transport import FailureHeader
 from gym_failures.redaction import MIN_KNOWN_SECRET, is_secret_name, register_secret
 
-__all__ = ["BOUNDARY_BY_BASE", "boundary_of", "instrument", "instrument_app", "server_secrets"]
+__all__ = [
+    "BOUNDARY_BY_BASE",
+    "NemoGymFailureMiddleware",
+    "boundary_of",
+    "instrument",
+    "instrument_app",
+    "server_secrets",
+]
 
 LOGGER = logging.getLogger(__name__)
 
@@ -90,6 +130,7 @@ BOUNDARY_BY_BASE: Mapping[str, FailureBoundary] = {
 
 _INSTRUMENTED = "__gym_failures_instrumented__"
 _APP_MARK = "gym_failures_instrumented"
+_REPORT_HEADER = FailureHeader.NAME.lower().encode("ascii")
 # NeMo Gym's words for a secret key ("token", "key", "header": nemo_gym/secret_utils.py:24) beside
 # redaction's own (`SECRET_NAME_WORDS`), each a whole word of the key.
 _NEMO_GYM_WORDS = frozenset({"token", "key", "keys", "header", "headers"})
@@ -151,7 +192,67 @@ def instrument_app(app: _App, server: object, *, boundary: FailureBoundary | str
     shape: ErrorShape | Callable[[Scope], ErrorShape] = (
         _model_error_shape if chosen is FailureBoundary.MODEL else "gym"
     )
-    app.add_middleware(FailureReportMiddleware, boundary=chosen, error_shape=shape)
+    global_config = getattr(getattr(server, "server_client", None), "global_config_dict", None)
+    observe_aiohttp()
+    app.add_middleware(
+        NemoGymFailureMiddleware,
+        boundary=chosen,
+        error_shape=shape,
+        called=called_boundaries(global_config, chosen),
+    )
+
+
+class NemoGymFailureMiddleware(FailureReportMiddleware):
+    """`FailureReportMiddleware` for an instrumented NeMo Gym server: the app runs inside `HopApp`
+    (outbound calls observed, each failed call the cause of this server's failure), and a failure
+    reply's JSON body carries its report too (`gym_failures._body_report`). See the module's
+    docstring."""
+
+    def __init__(
+        self, app: Any, *, boundary: FailureBoundary | str, called: Resolver, **options: Any
+    ) -> None:
+        chosen = FailureBoundary(boundary)
+        super().__init__(HopApp(app, boundary=chosen, called=called), boundary=chosen, **options)
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        held: dict[str, Any] | None = None
+
+        async def with_body_report(message: Any) -> None:
+            nonlocal held
+            if held is not None:
+                start, held = held, None
+                if message["type"] == "http.response.body" and not message.get("more_body", False):
+                    start, message = _with_body_report(start, message)
+                await send(start)
+            elif (
+                message["type"] == "http.response.start" and message["status"] >= 400 and _has_report(message)
+            ):
+                held = message
+                return
+            await send(message)
+
+        await super().__call__(scope, receive, with_body_report)
+
+
+def _has_report(start: Mapping[str, Any]) -> bool:
+    return any(name.lower() == _REPORT_HEADER for name, _ in start.get("headers", ()))
+
+
+def _with_body_report(start: Any, message: Any) -> tuple[Any, Any]:
+    """The failure reply (`start`, `message`) with its header's report in its JSON body, when the body
+    is a JSON object; unchanged otherwise."""
+    headers = list(start.get("headers", ()))
+    value = next((value for name, value in headers if name.lower() == _REPORT_HEADER), b"")
+    report = FailureHeader.decode({FailureHeader.NAME: value.decode("latin-1")})
+    body = with_body_report(bytes(message.get("body", b"")), report) if report is not None else None
+    if body is None:
+        return start, message
+    headers = [(name, value) for name, value in headers if name.lower() != b"content-length"]
+    headers.append((b"content-length", str(len(body)).encode("ascii")))
+    return {**start, "headers": headers}, {**message, "body": body}
 
 
 def _model_error_shape(scope: Scope) -> ErrorShape:

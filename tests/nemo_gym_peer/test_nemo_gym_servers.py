@@ -1,10 +1,11 @@
 """Real NeMo Gym 0.7.0 servers with gym-failures' one call, on real uvicorn, called through NeMo Gym's
 own `ServerClient` and `raise_for_status` (`peer/gf_servers.py`, `peer/nemo_gym_servers.py`).
 
-The agent's call sites are NeMo Gym's (`await raise_for_status(response)`), unchanged: its reply
-carries the resources server's failure with the ids the resources server made, as a call site
-rewritten to `raise_boundary_failure` would (and as the cause of the agent's own failure when the
-agent raises a `RuntimeError` or a gym-failures `AgentFailure` from NeMo Gym's error). A canary
+The agent's call sites are NeMo Gym's (`await raise_for_status(response)`), unchanged: its reply is
+the agent's own failure (each instrumented hop adds its event: issue 31) caused by the resources
+server's failure with the ids the resources server made (and the agent's own failure is caused by
+it too when the agent raises a `RuntimeError` or a gym-failures `AgentFailure` from NeMo Gym's
+error). A canary
 secret in the collector's request header and one in the resources server's config reach no header,
 body or log line.
 """
@@ -38,14 +39,20 @@ def _report(call: dict[str, Any]) -> FailureReport:
 
 
 def test_the_agents_reply_carries_the_resources_failure_with_its_ids(peer: dict[str, Any]) -> None:
-    """NeMo Gym's `ClientResponseError` escaped the agent's handler: the agent replies with the
-    resources server's failure, as `raise_boundary_failure` would have raised it, ids and causes as the
-    resources server made them."""
+    """NeMo Gym's `ClientResponseError` escaped the agent's handler: the agent replies with its own
+    failure (the upstream failure's kind, the agent's boundary), caused by the resources server's
+    failure, ids and causes as the resources server made them."""
     call = peer["agent_chain"]
     assert call["status"] == 500
     report = _report(call)
     made = peer["events"][0]  # what the resources server raised, in its own process
-    assert report.failure_id == made["event_id"]
+    assert report.failure_id is not None
+    agent = report.events[report.failure_id]
+    assert (agent.boundary.value, agent.failure_kind, agent.cause_id) == (
+        "agent",
+        "verifier_error",
+        made["event_id"],
+    )
     upstream = report.events[made["event_id"]]
     assert (upstream.boundary.value, upstream.failure_kind) == ("resources_server", "verifier_error")
     assert upstream.cause_id == made["cause_id"]
@@ -97,18 +104,22 @@ def test_a_gym_failure_raised_from_nemo_gyms_error_is_caused_by_the_upstream_wit
     assert json.loads(call["body"])["event_id"] == report.failure_id
 
 
-def test_a_plain_exception_upstream_arrives_as_the_upstreams_own_failure(peer: dict[str, Any]) -> None:
+def test_a_plain_exception_upstream_arrives_as_the_cause_of_the_agents_failure(peer: dict[str, Any]) -> None:
     report = _report(peer["agent_plain"])
     assert report.failure_id is not None
-    upstream = report.events[report.failure_id]
+    agent = report.events[report.failure_id]
+    assert agent.boundary.value == "agent"
+    assert agent.cause_id is not None
+    upstream = report.events[agent.cause_id]
     assert (upstream.boundary.value, upstream.exception_type) == ("resources_server", "RuntimeError")
+    assert agent.failure_kind == upstream.failure_kind
 
 
 def test_nemo_gyms_exception_middleware_leaves_our_replies_alone(peer: dict[str, Any]) -> None:
     """NeMo Gym's own exception middleware is in the stack, outside ours: it sees our reply as a
     response, so the body is ours (naming the reply's failure), never its `"Hit an exception in ..."`."""
     stack = peer["agent_middleware"]
-    ours = stack.index("gym_failures.asgi.FailureReportMiddleware")
+    ours = stack.index("gym_failures.nemo_gym_server.NemoGymFailureMiddleware")
     assert stack.index("BaseHTTPMiddleware(exception_handling_middleware)") < ours
     for name in ("agent_chain", "agent_plain", "resources_chain"):
         body = json.loads(peer[name]["body"])

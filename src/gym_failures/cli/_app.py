@@ -35,6 +35,7 @@ from gym_failures.cli._exits import (
 from gym_failures.cli._explain import add_explain
 from gym_failures.cli._extras import EXTRA_MODULES, needs_extra
 from gym_failures.cli._gate import add_gate
+from gym_failures.cli._nemo_gym import add_nemo_gym
 from gym_failures.cli._options import Run, Subcommands
 from gym_failures.cli._serve import add_serve
 from gym_failures.cli._shell import demo_module, program
@@ -51,6 +52,7 @@ COMMANDS: Sequence[Callable[[Subcommands], None]] = (
     add_demo,
     add_serve,
     add_verdict,
+    add_nemo_gym,
 )
 """Every command, in the order `--help` lists them: a new command is one more module with an
 `add_<name>(commands)`, and its entry here."""

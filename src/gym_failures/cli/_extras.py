@@ -10,7 +10,7 @@ from gym_failures.cli._exits import CommandError
 
 __all__ = ["EXTRA_MODULES", "METRICS_MODULES", "needs_extra", "require_extra"]
 
-EXTRA_MODULES = frozenset({"aiohttp", "duckdb", "rich", "starlette", "uvicorn", "yarl", "multidict"})
+EXTRA_MODULES = frozenset({"aiohttp", "duckdb", "rich", "starlette", "uvicorn", "yarl", "multidict", "yaml"})
 """The optional dependencies whose absence is a missing extra, not a bug."""
 
 METRICS_MODULES = ("prometheus_client", "opentelemetry.sdk", "opentelemetry.exporter.prometheus")

@@ -1,5 +1,7 @@
 """`gym-failures serve model`: run the fault-injecting model endpoint (`gym_failures.model_endpoint`)
 until Ctrl-C or SIGTERM; `gym-failures verdict` (`gym_failures.cli._verdict`) judges what it saw.
+`gym-failures serve agent`: run the standalone agent server (`gym_failures.agent_server`) against a
+model URL.
 
 Decisions:
 - `serve` takes the server as a subcommand (`serve model`), so `serve model --help` is the model
@@ -29,7 +31,7 @@ from gym_failures.cli._text import stderr_line
 if TYPE_CHECKING:
     import socket
 
-__all__ = ["FAULT_NAMES", "SERVE_MODEL_EXIT_HELP", "add_serve"]
+__all__ = ["AGENT_MODULES", "FAULT_NAMES", "SERVE_AGENT_EXIT_HELP", "SERVE_MODEL_EXIT_HELP", "add_serve"]
 
 # Named here, not imported: building the parser must not load the endpoint (starlette, pydantic) on
 # every start of the command line. A test keeps this list equal to `model_endpoint.FAULTS`.
@@ -60,6 +62,15 @@ SERVE_MODEL_EXIT_HELP = """exit status:
        extra that is not installed (one line on stderr says which)
   130  interrupted (Ctrl-C): the server stopped, and --verdict-file was written"""
 
+SERVE_AGENT_EXIT_HELP = """exit status:
+  0    stopped
+  2    nothing served: a bad option, a busy port, an extra that is not
+       installed (one line on stderr says which)
+  130  interrupted (Ctrl-C)"""
+
+AGENT_MODULES = ("starlette", "uvicorn", "openai")
+"""What `serve agent` needs: the `agent` extra's modules (`require_extra`)."""
+
 
 def add_serve(commands: Subcommands) -> None:
     parser = add_command(
@@ -68,11 +79,12 @@ def add_serve(commands: Subcommands) -> None:
         _run_serve,
         help="run a server from this library, for testing clients against real failure shapes",
         description="Run a server from this library: `serve model`, the fault-injecting model endpoint "
-        "(see `gym-failures serve model --help`).",
+        "(see `gym-failures serve model --help`); `serve agent`, a standalone agent server against "
+        "an OpenAI-compatible model URL (see `gym-failures serve agent --help`).",
         extra="demo",
     )
     servers = parser.add_subparsers(
-        title="servers", metavar="{model}", dest="server", parser_class=type(parser), required=True
+        title="servers", metavar="{model,agent}", dest="server", parser_class=type(parser), required=True
     )
     model = servers.add_parser(
         "model",
@@ -133,6 +145,127 @@ def add_serve(commands: Subcommands) -> None:
         help="write the recovery verdict and the journal to FILE (JSON) when the server stops",
     )
     add_metrics_option(model)
+    _add_serve_agent(servers)
+
+
+def _add_serve_agent(servers: Any) -> None:
+    agent = servers.add_parser(
+        "agent",
+        help="a standalone agent server (NeMo Gym's /run and ours) against an OpenAI-compatible model",
+        description=textwrap.fill(
+            "serve agent: a standalone agent server, NeMo Gym's simple_agent without a resources "
+            "server. POST /run takes gym-failures' protocol ({task, rollout_id, attempt}: a "
+            "BaseEpisodeResponse back) or NeMo Gym's (a row with responses_create_params: the "
+            "flat verify-response row back); each task is one call to --model-url with the openai "
+            "SDK, whose retries (--max-retries) are observed into the reply's failure report. A task "
+            "is {responses_create_params | prompt, expected | answer}: the reward is 1.0 when the "
+            "answer contains the expected text (case-insensitive), else 0.0, and null without one "
+            "(docs/agents.md). Needs the agent extra.",
+            88,
+        ),
+        epilog=SERVE_AGENT_EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    agent.set_defaults(
+        run=_run_serve_agent, extra="agent", command_name="serve agent", counts_skipped_lines=False
+    )
+    agent.add_argument(
+        "--model-url", required=True, metavar="URL", help="the model's OpenAI-compatible base URL (.../v1)"
+    )
+    agent.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1)")
+    agent.add_argument("--port", type=port_number, default=8001, help="the port to listen on (8001)")
+    agent.add_argument(
+        "--api", choices=("responses", "chat"), default="responses", help="the model's API (responses)"
+    )
+    agent.add_argument("--model", default=None, metavar="NAME", help="the model name (else each task's own)")
+    agent.add_argument("--api-key", default=None, metavar="KEY", help="the model's API key ($OPENAI_API_KEY)")
+    agent.add_argument(
+        "--max-retries",
+        type=_retries,
+        default=2,
+        metavar="N",
+        help="the SDK's retries of a failed call: a 429, a 5xx, a lost connection (2)",
+    )
+
+
+def _retries(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value <= 10:
+        raise argparse.ArgumentTypeError(f"{value} is out of range (0-10)")
+    return value
+
+
+def _model_url(text: str) -> str:
+    """`--model-url` checked: an http(s) URL with a host; a bad one is exit status 2."""
+    from urllib.parse import urlsplit
+
+    from gym_failures.redaction import url_without_secrets
+
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname
+    except ValueError:
+        host = None
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not host:
+        raise CommandError(f"--model-url {url_without_secrets(text)}: not an http(s) URL with a host")
+    return text.rstrip("/")
+
+
+def _run_serve_agent(arguments: argparse.Namespace) -> int:
+    import logging
+    import os
+
+    require_extra("serve agent", "agent", AGENT_MODULES)
+    model_url = _model_url(arguments.model_url)
+    import uvicorn
+
+    from gym_failures.agent_server import AgentServerConfig, create_app
+    from gym_failures.redaction import url_without_secrets
+
+    config = AgentServerConfig(
+        model_url=model_url,
+        api=arguments.api,
+        model=arguments.model,
+        api_key=arguments.api_key or os.environ.get("OPENAI_API_KEY") or None,
+        max_retries=arguments.max_retries,
+    )
+    # Bound first: a busy port is one line before anything else is set up.
+    listening = _listen(arguments.host, arguments.port)
+    with contextlib.ExitStack() as running:
+        running.callback(listening.close)
+        _log_to_stderr()
+        for chatty in ("httpx", "httpx2", "openai"):
+            # A line a model call (httpx's `HTTP Request: POST ...`) is noise: failures are in the replies.
+            logging.getLogger(chatty).setLevel(logging.WARNING)
+        app = create_app(config)
+        host, port = listening.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        stderr_line(
+            f"gym-failures serve: the agent on http://{shown}:{port}, calling {arguments.api} at "
+            f"{url_without_secrets(model_url)} (Ctrl-C stops it)"
+        )
+        # No lifespan, as `serve model`: the SDK's client needs no closing at the process's end, and
+        # a second Ctrl-C during shutdown has no lifespan task to cancel.
+        server_config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off")
+        running.enter_context(_no_record_of_cancelled_requests())
+        uvicorn.Server(server_config).run(sockets=[listening])
+    return EXIT_OK
+
+
+def _log_to_stderr() -> None:
+    """One handler for the run's log lines (the command line's own warning handler would print every
+    line twice)."""
+    import logging
+
+    library = logging.getLogger("gym_failures")
+    for handler in list(library.handlers):
+        library.removeHandler(handler)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    library.setLevel(logging.INFO)
 
 
 def _per_minute(text: str) -> int:
@@ -156,7 +289,6 @@ def _seconds(text: str) -> float:
 
 
 def _run_serve(arguments: argparse.Namespace) -> int:
-    import logging
     import os
 
     if arguments.metrics_port is not None:
@@ -185,12 +317,7 @@ def _run_serve(arguments: argparse.Namespace) -> int:
     api_key = arguments.api_key or os.environ.get("GYM_FAILURES_API_KEY") or None
     if api_key and len(api_key) >= MIN_KNOWN_SECRET:
         register_secret(api_key)  # a failure text quoting it is scrubbed, whoever made it
-    # One handler for the run (the command line's own warning handler would print every line twice).
-    library = logging.getLogger("gym_failures")
-    for handler in list(library.handlers):
-        library.removeHandler(handler)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    library.setLevel(logging.INFO)
+    _log_to_stderr()
     quota = None
     if arguments.rpm is not None or arguments.tpm is not None:
         quota = Quota(rpm=arguments.rpm, tpm=arguments.tpm)

@@ -29,9 +29,12 @@ A NeMo Gym collector keeps no headers, so a row it wrote for a failed `/run` cal
 it keeps the reply's body (`_ng_failure_response_body`, at most 2000 characters). When that body is
 gym-failures' error body, the failure it names (kind, event id, boundary and reason, redacted and
 bounded; as far as a cut body goes) is shown as `reported_failure`
-(`gym_failures.nemo_gym.reported_failure`). A row's reason is its envelope's, read from the first of
-NeMo Gym's reason keys that holds one (`gym_failures.nemo_gym.REASON_KEYS`: `_ng_failure_message`,
-`error`, `error_message`, ...).
+(`gym_failures.nemo_gym.reported_failure`). A server `gym_failures.nemo_gym_server.instrument`
+instrumented also puts its report into that body (`failure_report`: `gym_failures._body_report`);
+a failure row with no saved events shows the chain that body holds as its tree, through NeMo Gym's
+quoting too, with `chain_in_body` set on `reported_failure`. A row's reason is its envelope's,
+read from the first of NeMo Gym's reason keys that holds one (`gym_failures.nemo_gym.REASON_KEYS`:
+`_ng_failure_message`, `error`, `error_message`, ...).
 
 The report is validated when read (`FailureReportRow.report`): every `cause_id` in it names an event of
 the same report, and a report with a dangling cause is invalid as a whole and read as omitted with no
@@ -47,6 +50,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from gym_failures._body_report import body_report
 from gym_failures.failure_records import FailureEvent, FailureReport
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import safe_text
@@ -220,9 +224,14 @@ def explain_row(row: Mapping[str, Any], path: str = "", line: int | None = None)
             ),
         )
     report = FailureReportRow.report(row)
+    success = "failure" not in row
+    reported = None if success else reported_failure(row.get(FAILURE_RESPONSE_BODY))
+    in_body = None if success or report.events else body_report(row.get(FAILURE_RESPONSE_BODY))
+    if in_body is not None:
+        report = in_body
+        reported = None if reported is None else {**reported, "chain_in_body": True}
     tree, observations = _tree(report)
     failure = row.get("failure")
-    success = "failure" not in row
     tainted = _tainted(row, report.failure_id) if success else None
     attempt, reward = row.get("attempt"), row.get("reward")
     rollout = row.get("rollout_id")
@@ -240,7 +249,7 @@ def explain_row(row: Mapping[str, Any], path: str = "", line: int | None = None)
         tainted=tainted,
         recovered=success and tainted is None and bool(report.events),
         failure=_envelope(failure),
-        reported_failure=reported_failure(row.get(FAILURE_RESPONSE_BODY)) if "failure" in row else None,
+        reported_failure=reported,
         failure_id=report.failure_id,
         omitted=report.omitted,
         tree=tree,
@@ -365,6 +374,14 @@ def rollout_rows(paths: Iterable[Path], rollout_id: str) -> list[RowExplanation]
     ]
 
 
+def _chain_depth(report: FailureReport) -> int:
+    """How many events the chain from `report`'s failure down its causes holds."""
+    depth, event_id = 0, report.failure_id
+    while event_id is not None and event_id in report.events and depth <= len(report.events):
+        depth, event_id = depth + 1, report.events[event_id].cause_id
+    return depth
+
+
 def longest_chain(files: Iterable[Path]) -> RowExplanation | None:
     """The failed attempt with the longest cause chain in `files`, a final one on a tie, the first
     one on a further tie; None when no row has a failure event. A row NeMo Gym wrote without a report
@@ -380,12 +397,10 @@ def longest_chain(files: Iterable[Path]) -> RowExplanation | None:
                 row, _ = parse_line(line, first_line=number == 1)
                 if row is None:
                     continue
-                report = FailureReportRow.report(row)
-                depth, event_id = 0, report.failure_id
-                while event_id is not None and event_id in report.events and depth <= len(report.events):
-                    depth, event_id = depth + 1, report.events[event_id].cause_id
+                depth = _chain_depth(FailureReportRow.report(row))
                 if not depth and reported_failure(row.get(FAILURE_RESPONSE_BODY)) is not None:
-                    depth = 1
+                    in_body = body_report(row.get(FAILURE_RESPONSE_BODY))
+                    depth = 1 if in_body is None else _chain_depth(in_body)
                 key = (depth, row.get("final") is True, -order, -number)
                 if depth and (best is None or key > best):
                     best, where = key, (path, number)
