@@ -197,6 +197,20 @@ def test_a_failure_is_called_retried_only_when_a_later_attempt_of_its_rollout_ca
     assert waiting.retried is False
     assert waiting.not_final_label == " · not final, not retried yet (a resume retries it)"
     assert explain_row(rows[2]).not_final_label == " · not final"
+    # The demo's and the HTML report's tree: one row read alone, then its rollout's rows read.
+    from gym_failures.reporting.explain import line_row, with_retried
+
+    alone = line_row(path, 1)
+    assert alone is not None
+    assert alone.retried is None
+    settled = with_retried(alone, [path])
+    assert settled is not None
+    assert settled.retried is True
+    waiting_alone = line_row(path, 3)
+    assert waiting_alone is not None
+    settled = with_retried(waiting_alone, [path])
+    assert settled is not None
+    assert settled.retried is False
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["explain", str(path), "--rollout", "1:0"]) == 0

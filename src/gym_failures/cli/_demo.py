@@ -134,7 +134,7 @@ def _show_demo(run_dir: Path, rollouts: int, num_repeats: int = 1) -> None:
     from gym_failures.cli._console import print_rule, print_tree, stdout_line
     from gym_failures.cli._tables import print_summary, print_verdict
     from gym_failures.cli._tree import explanation_tree
-    from gym_failures.reporting.explain import longest_chain
+    from gym_failures.reporting.explain import longest_chain, with_retried
     from gym_failures.reporting.html import render_html
     from gym_failures.reporting.summary import summarize
 
@@ -146,7 +146,7 @@ def _show_demo(run_dir: Path, rollouts: int, num_repeats: int = 1) -> None:
     expected = None if groups is not None else rollouts
     coverage = acceptance.read_coverage(files, expected, min_valid_per_group=groups)
     verdict = acceptance.check(coverage, acceptance.GateThresholds())
-    explanation = longest_chain(files[1:])
+    explanation = with_retried(longest_chain(files[1:]), files)
     report = run_dir / "report.html"
     report.write_text(render_html(summary, verdict=verdict, explanation=explanation), encoding="utf-8")
     print_rule("Summary")

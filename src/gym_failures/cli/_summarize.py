@@ -34,7 +34,9 @@ def add_summarize(commands: Subcommands) -> None:
         counts_skipped_lines=True,
         help="failures by class, kind, root cause, boundary, stage and attempt",
         description="Failures by class, kind, root cause, boundary, stage, HTTP status and attempt; the "
-        "most common reasons; quota resets. Needs the cli extra (duckdb, rich).",
+        "most common reasons; quota resets; what failures cost (attempts, seconds and tokens of failed "
+        "attempts and re-runs, and how retries multiplied model attempts). Needs the cli extra (duckdb, "
+        "rich).",
         extra="cli",
     )
     add_paths_argument(parser)
@@ -93,8 +95,8 @@ def _check_summary(summary: Summary, files: Sequence[Path]) -> None:
 
 def _html_report(summary: Summary, files: Sequence[Path]) -> str:
     from gym_failures import gate as acceptance
-    from gym_failures.reporting.explain import longest_chain
+    from gym_failures.reporting.explain import longest_chain, with_retried
     from gym_failures.reporting.html import render_html
 
     verdict = acceptance.check(acceptance.read_coverage(files), acceptance.GateThresholds())
-    return render_html(summary, verdict=verdict, explanation=longest_chain(files))
+    return render_html(summary, verdict=verdict, explanation=with_retried(longest_chain(files), files))

@@ -232,6 +232,9 @@ def _print_cost(console: Console, cost: Cost) -> None:
             console.print(
                 _cost_table("Failed attempts' cost by root cause", ("root kind", *GROUP_HEADER), roots, 2)
             )
+    from gym_failures.reporting._cost_html import COST_NOTE
+
+    console.print(Text(COST_NOTE, style="dim"))
     for line in amplification_lines(cost.amplification):
         console.print(Text(line), soft_wrap=True)
     amplification = cost.amplification

@@ -169,6 +169,7 @@ def _group_reasons(groups: GroupCoverage, thresholds: GateThresholds) -> list[st
     wasted = f"{groups.wasted} valid rollout{'' if groups.wasted == 1 else 's'} in them wasted"
     lost = f", {groups.lost} with none" if groups.lost else ""
     return [
-        f"{short} of {groups.groups} groups short of {groups.min_valid} valid members{lost} "
+        f"{short} of {groups.groups} groups short of {groups.min_valid} valid "
+        f"member{'' if groups.min_valid == 1 else 's'}{lost} "
         f"(maximum {limit}); {wasted}"
     ]

@@ -16,13 +16,17 @@ from gym_failures.reporting._cost import (
 )
 from gym_failures.reporting._html_parts import table
 
-__all__ = ["cost_section"]
+__all__ = ["COST_NOTE", "cost_section"]
 
 _NOTE = (
     "Seconds are each attempt's wall time at the collector, tokens what its model replies reported; "
-    "shares are of the whole run. A figure no attempt's row carries is not reported (rows from runs "
-    "before issue 30, or from NeMo Gym's own collector); (n of m): only n of the m attempts reported it."
+    "shares are of the whole run. A figure no attempt's row carries is not reported: rows from runs "
+    "before issue 30 or from NeMo Gym's own collector carry none, and an attempt whose model calls all "
+    "failed has no reply to report tokens from; (n of m): only n of the m attempts reported it."
 )
+COST_NOTE = _NOTE
+"""What the cost tables' figures are, and what "not reported" and "(n of m)" mean: below each report's
+tables, the terminal's and the HTML's."""
 
 
 def _figures(first: int) -> frozenset[int]:

@@ -66,6 +66,7 @@ __all__ = [
     "line_row",
     "longest_chain",
     "rollout_rows",
+    "with_retried",
 ]
 
 
@@ -380,6 +381,17 @@ def _chain_depth(report: FailureReport) -> int:
     while event_id is not None and event_id in report.events and depth <= len(report.events):
         depth, event_id = depth + 1, report.events[event_id].cause_id
     return depth
+
+
+def with_retried(explanation: RowExplanation | None, paths: Iterable[Path]) -> RowExplanation | None:
+    """`explanation`, a failure that was not final, with `retried` read from every row of its rollout in
+    `paths` (a row read alone cannot say whether a later attempt came); any other as it is."""
+    if explanation is None or explanation.final is not False or explanation.rollout_id is None:
+        return explanation
+    for row in rollout_rows(paths, explanation.rollout_id):
+        if (row.path, row.line) == (explanation.path, explanation.line):
+            return row
+    return explanation
 
 
 def longest_chain(files: Iterable[Path]) -> RowExplanation | None:
