@@ -379,3 +379,57 @@ def test_any_flat_reply_is_a_row_in_the_file_nemo_gym_would_write(
         final = reply.get("_ng_failure_terminal") is True or attempt >= 3
         assert (outcome.final, row["_gf_final"]) == (final, final)
         assert row["rollout_failure"]["failure"]["terminal"] is (reply.get("_ng_failure_terminal") is True)
+
+
+@pytest.mark.parametrize(
+    ("rule", "reason"),
+    [
+        ({"kind": "agent_timeout", "max_attempts": 1}, "retry_rule_budget_exhausted"),
+        ({"kind": "agent_timeout", "max_retries_per_run": 0}, "retry_cap_reached"),
+    ],
+)
+async def test_a_flat_row_a_retry_rule_closes_is_terminal_to_nemo_gyms_resume_too(
+    tmp_path: Path, nemo_gym_agent: tuple[str, list[dict[str, Any]]], rule: dict[str, Any], reason: str
+) -> None:
+    """A rule closed it: NeMo Gym's resume, which reads `_ng_failure_terminal`, must not send it again
+    (the agent's own flag said false)."""
+    url, received = nemo_gym_agent
+    timeout = {"_ng_failure_class": "timeout_exceeded", "_ng_failure_terminal": False, "error": "slow"}
+    tasks = _tasks(tmp_path / "tasks.jsonl", [timeout, {"reward": 1.0}])
+    config = CollectionConfig(
+        input_path=tasks,
+        output_path=tmp_path / "rows.jsonl",
+        agent_url=url,
+        agent_protocol="nemo-gym",
+        max_attempts=3,
+        retry_rules=[rule],
+    )
+    summary = await collect(config)
+    assert (summary.attempts, summary.failed_final) == (1, 1)
+    (row,) = _lines(config.failures_path)
+    assert (row["_gf_final"], row["_gf_final_reason"], row["_ng_failure_terminal"]) == (True, reason, True)
+    assert len(received) == 1
+
+
+async def test_a_flat_failure_row_retried_is_counted_as_a_failed_attempt_not_a_success(
+    tmp_path: Path, nemo_gym_agent: tuple[str, list[dict[str, Any]]]
+) -> None:
+    """The live view read a flat failure row (no `failure` key) as a success that holds no measurement,
+    and closed its group's member before the retry succeeded."""
+    url, _ = nemo_gym_agent
+    timeout = {"_ng_failure_class": "timeout_exceeded", "_ng_failure_terminal": False, "error": "slow"}
+    tasks = _tasks(tmp_path / "tasks.jsonl", [timeout, {"reward": 1.0}], [{"reward": 1.0}])
+    config = CollectionConfig(
+        input_path=tasks,
+        output_path=tmp_path / "rows.jsonl",
+        agent_url=url,
+        agent_protocol="nemo-gym",
+        num_repeats=1,
+        max_attempts=3,
+    )
+    seen: list[Any] = []
+    summary = await collect(config, seen.append)
+    assert (summary.succeeded, summary.attempts) == (2, 3)
+    last = seen[-1]
+    assert (last.succeeded, last.scored, last.gate_derived, last.retried) == (2, 2, {}, 1)
+    assert last.failed_attempts_by_kind == {"agent_timeout": 1}

@@ -323,6 +323,16 @@ def test_a_terminal_legacy_row_is_a_final_failure() -> None:
     assert (coverage.expected, coverage.failed["evaluation"]) == (1, 1)
 
 
+def test_an_attempt_a_resume_closed_was_never_retried() -> None:
+    """The copy of its last failure a resume saves to close a rollout is no later attempt of it."""
+    first = failure_row(oom_chain(), "0:0")
+    first["final"] = False
+    closing = {**first, "final": True, "final_reason": "attempt_budget_exhausted", "closed_on_resume": True}
+    coverage = _coverage([first, closing])
+    assert (coverage.retried_attempts, coverage.unfinished_attempts, coverage.missing) == (0, 0, 0)
+    assert sum(coverage.failed.values()) == 1
+
+
 def test_a_non_terminal_legacy_row_alone_is_not_retried_yet() -> None:
     coverage = _coverage([legacy_failure_row("judge_failed", terminal=False, task=0)])
     assert (coverage.retried_attempts, coverage.unfinished_attempts, coverage.missing) == (0, 1, 1)

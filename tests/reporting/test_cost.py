@@ -484,6 +484,13 @@ def _sql_cost(summary: Summary) -> dict[str, Any]:
 @example(  # a usage figure set to null is a bad figure, not a missing one
     rows=[saved(success_row("0:0")) | {USAGE: {"input_tokens": None, "output_tokens": 5}}], max_attempts=3
 )
+@example(  # more model attempts in all than the collector's reader takes: absent in both
+    rows=[
+        saved(success_row("0:0"))
+        | {MODEL_CALLS: {"calls": 2000, "attempts": 1_500_000_000, "failed_attempts": 0}}
+    ],
+    max_attempts=3,
+)
 @example(  # a huge number of calls never fails the query
     rows=[
         saved(success_row("0:0"))

@@ -185,6 +185,7 @@ def test_model_calls_tokens_are_no_usage() -> None:
     ),
 )
 @example(duration=10**400, usage={}, calls={})
+@example(duration=1.0, usage={}, calls={"calls": 2000, "attempts": 1_500_000_000, "failed_attempts": 0})
 def test_the_summary_reads_the_keys_as_the_collectors_own_reader_does(
     duration: Any, usage: Any, calls: Any
 ) -> None:

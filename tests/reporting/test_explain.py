@@ -197,6 +197,16 @@ def test_a_failure_is_called_retried_only_when_a_later_attempt_of_its_rollout_ca
     assert waiting.retried is False
     assert waiting.not_final_label == " · not final, not retried yet (a resume retries it)"
     assert explain_row(rows[2]).not_final_label == " · not final"
+    # A resume's closing copy of an attempt is no later attempt of it.
+    closed = write_jsonl(
+        tmp_path / "closed.jsonl",
+        [
+            rows[2],
+            {**rows[2], "final": True, "final_reason": "attempt_budget_exhausted", "closed_on_resume": True},
+        ],
+    )
+    attempt, copy = rollout_rows([closed], "1:0")
+    assert (attempt.retried, copy.closed_on_resume) == (False, True)
     # The demo's and the HTML report's tree: one row read alone, then its rollout's rows read.
     from gym_failures.reporting.explain import line_row, with_retried
 

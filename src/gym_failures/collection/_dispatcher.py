@@ -379,6 +379,6 @@ def failure_status(seen: AttemptSeen, report: FailureReport | None) -> int | Non
     as the failure (the model's 429 behind the agent's failure), else the `/run` reply's error status."""
     if report is not None and report.failure_id is not None:
         event = report.events.get(report.failure_id)
-        if event is not None and http_status(event.http_status) is not None:
+        if event is not None and is_error(http_status(event.http_status)):
             return event.http_status
     return seen.http_status if is_error(seen.http_status) else None

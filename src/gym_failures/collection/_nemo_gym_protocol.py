@@ -54,6 +54,7 @@ from gym_failures import nemo_gym
 from gym_failures.collection._attempt_row import AttemptRow, AttemptSeen
 from gym_failures.collection._dispatcher import AttemptDispatcher
 from gym_failures.collection._resume import PendingRollout
+from gym_failures.collection._retry_rules import RETRY_CAP_REACHED, RETRY_RULE_BUDGET_EXHAUSTED
 from gym_failures.failure_kinds import ENVIRONMENT_PROTOCOL_VIOLATION
 from gym_failures.failure_records import BaseEpisodeResponse, EpisodeFailure, FailureReport
 from gym_failures.failure_transport import FailureReportRow
@@ -235,5 +236,8 @@ class NemoGymDispatcher(AttemptDispatcher):
             self._reused().add((rollout.task_index, rollout.rollout_index))
         failure = _failure_of(stored)
         final_reason = self._mark_final(stored, failure, seen, attempt, report)
+        if final_reason in (RETRY_RULE_BUDGET_EXHAUSTED, RETRY_CAP_REACHED):
+            # A rule closed it: NeMo Gym's resume must not send it again either (its flag, ours now).
+            stored[nemo_gym.FAILURE_TERMINAL] = True
         stored["rollout_failure"] = self._record(rollout, attempt, failure, seen)
         return AttemptRow(stored, succeeded=False, final=final_reason is not None)

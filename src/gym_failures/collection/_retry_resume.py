@@ -41,7 +41,7 @@ def facts_of_row(row: Mapping[str, Any]) -> FailureFacts:
     status = None
     report = FailureReportRow.report(row)
     event = report.events.get(report.failure_id) if report.failure_id is not None else None
-    if event is not None:
+    if event is not None and _http_status.is_error(_http_status.http_status(event.http_status)):
         status = _http_status.http_status(event.http_status)
     if status is None:
         status = _http_status.http_status(row.get(nemo_gym.FAILURE_HTTP_STATUS))

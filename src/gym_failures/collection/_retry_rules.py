@@ -66,7 +66,8 @@ MAX_MESSAGE_CHARS: Final = 256
 MAX_NAME_CHARS: Final = 64
 
 FailureClassName = Literal["model", "evaluation", "unknown"]
-_STATUS = re.compile(r"[1-5](?:[0-9][0-9]|xx)")
+_STATUS = re.compile(r"[45](?:[0-9][0-9]|xx)")
+"""An error status (a failure has no other): a code 400-599, or a class, `4xx` or `5xx`."""
 _NAME = rf"[A-Za-z0-9][A-Za-z0-9_.:-]{{0,{MAX_NAME_CHARS - 1}}}"
 _STAGES = frozenset(get_args(FailureStage))
 
@@ -146,7 +147,7 @@ class RetryRule(BaseModel):
             text = str(item).lower() if type(item) in (int, str) else ""
             if not _STATUS.fullmatch(text):
                 raise ValueError(
-                    f"{str(item)[:16]!r} is no HTTP status: write a code (100-599) or a class (4xx)"
+                    f"{str(item)[:16]!r} is no error status: write a code (400-599) or a class (4xx, 5xx)"
                 )
             statuses.append(text)
         return tuple(statuses)
@@ -175,7 +176,8 @@ class RetryRule(BaseModel):
         if value is not None:
             try:
                 re.compile(value)
-            except re.error as error:
+            except (re.error, OverflowError, RecursionError) as error:
+                # A repeat count past the engine's limit is an OverflowError, not an `re.error`.
                 raise ValueError(f"no valid regular expression ({error})") from None
         return value
 
@@ -305,10 +307,9 @@ class RetryCaps:
         row[FINAL] = True
         row[FINAL_REASON] = RETRY_CAP_REACHED
         row[RETRY_RULE] = {**record, "retry": False}
-        if "failure" in row and nemo_gym.FAILURE_TERMINAL in row:
-            # Our own row form: never retried by NeMo Gym's resume either (a NeMo Gym agent's flat
-            # row keeps its own flag, as it came).
-            row[nemo_gym.FAILURE_TERMINAL] = True
+        # Never retried by NeMo Gym's resume either, in either row form (a NeMo Gym agent's flat row
+        # included: the cap closed it, whatever flag the agent sent).
+        row[nemo_gym.FAILURE_TERMINAL] = True
         return False
 
 

@@ -370,10 +370,10 @@ def rollout_coverage(
     outcomes: dict[str, _Outcome] = {}
     seen: set[str] = set()
     other = not_persisted = 0
-    # The attempts of rows that were not final, per rollout, and each rollout's latest attempt: an
-    # attempt was retried only when a later one of its rollout came.
+    # Per rollout: its rows' attempts that were not final, its latest attempt (only a later one retries).
     not_final: dict[str, list[int]] = {}
     latest: dict[str, int] = {}
+    closed_copy: set[str] = set()  # the rollouts a resume closed with a copy of their last failure
     # NeMo Gym's own failure rows, per rollout: one attempt a row, whatever their attempt indices say.
     nemo_failures: dict[str, list[Mapping[str, Any]]] = {}
     for index, raw in enumerate(rows):
@@ -389,6 +389,8 @@ def rollout_coverage(
         seen.add(key)
         attempt = _attempt(row)
         latest[key] = max(latest.get(key, attempt), attempt)
+        if row.get("closed_on_resume") is True:
+            closed_copy.add(key)
         outcome = _outcome(row, rules, config, score_tainted)
         if outcome is None:
             not_final.setdefault(key, []).append(attempt)
@@ -408,9 +410,12 @@ def rollout_coverage(
             not_final[key].pop()
     retried = unfinished = 0
     for key, attempts in not_final.items():
-        # A rollout has one last attempt (rows that carry no attempt index: the last of them).
-        last = int(key not in outcomes and bool(attempts) and max(attempts) == latest[key])
-        unfinished += last
+        # A rollout has one last attempt (rows that carry no attempt index: the last of them); a
+        # resume's closing copy of it is no later attempt: the attempt was closed, never retried.
+        last = int(
+            bool(attempts) and max(attempts) == latest[key] and (key not in outcomes or key in closed_copy)
+        )
+        unfinished += last if key not in outcomes else 0
         retried += len(attempts) - last
     coverage = _coverage(outcomes, len(seen), retried, other, expected, score_tainted)
     coverage = replace(coverage, unfinished_attempts=unfinished)

@@ -10,7 +10,8 @@ collector's own reader reads it back (`gym_failures._attempt_cost.read_attempt_c
 - `_gf_usage`: a non-empty object holding only `input_tokens` and `output_tokens` (either may be
   missing), each a JSON integer from 0 to `MAX_TOKENS`; anything else makes the whole usage absent;
 - `_gf_model_calls`: an object whose `calls`, `attempts` and `failed_attempts` are JSON integers with
-  `1 <= calls <= MAX_CALLS`, `calls <= attempts <= calls * MAX_CALL_ATTEMPT` and
+  `1 <= calls <= MAX_CALLS`, `calls <= attempts <= calls * MAX_CALL_ATTEMPT` (and at most
+  `MAX_MODEL_ATTEMPTS` in all) and
   `0 <= failed_attempts <= attempts`, and whose `input_tokens` and `output_tokens`, where present, are
   token figures as above (other keys are passed over): the logical model calls the agent made for
   the attempt and their attempts, SDK retries and client retries together.
@@ -46,6 +47,7 @@ __all__ = [
     "MAX_CALLS",
     "MAX_CALL_ATTEMPT",
     "MAX_DURATION_S",
+    "MAX_MODEL_ATTEMPTS",
     "MAX_TOKENS",
     "MODEL_CALLS",
     "NO_COST",
@@ -66,6 +68,8 @@ MAX_TOKENS: Final = 10**12
 MAX_CALLS: Final = 1_000_000
 """The most logical model calls one attempt may count."""
 MAX_CALL_ATTEMPT: Final = 1_000_000
+MAX_MODEL_ATTEMPTS: Final = 10**9
+"""The most attempts a row's calls may count together (`gym_failures._attempt_cost.MAX_ATTEMPTS`)."""
 """The most attempts one logical call may make (`gym_failures.calls.MAX_CALL_ATTEMPT`)."""
 
 _MICROS: Final = 1_000_000
@@ -119,7 +123,9 @@ def _model_calls(value: object) -> tuple[int, int, int] | None:
     if any(key in value and _token(value[key]) is None for key in _USAGE_KEYS):
         return None
     valid = (
-        1 <= calls <= MAX_CALLS and calls <= attempts <= calls * MAX_CALL_ATTEMPT and 0 <= failed <= attempts
+        1 <= calls <= MAX_CALLS
+        and calls <= attempts <= min(calls * MAX_CALL_ATTEMPT, MAX_MODEL_ATTEMPTS)
+        and 0 <= failed <= attempts
     )
     return (calls, attempts, failed) if valid else None
 
@@ -228,6 +234,7 @@ FROM (
                 cost_calls_calls BETWEEN 1 AND {MAX_CALLS}
                 AND CAST(cost_calls_attempts AS HUGEINT) BETWEEN cost_calls_calls
                     AND CAST(cost_calls_calls AS HUGEINT) * {MAX_CALL_ATTEMPT}
+                AND cost_calls_attempts <= {MAX_MODEL_ATTEMPTS}
                 AND cost_calls_failed BETWEEN 0 AND cost_calls_attempts
                 AND (NOT list_contains(cost_calls_keys, 'input_tokens')
                     OR _gf_token(cost_calls_fields.input_tokens) IS NOT NULL)

@@ -114,6 +114,8 @@ class RowExplanation(BaseModel):
     attempt: int | None = None
     final: bool | None = None
     final_reason: str | None = None
+    closed_on_resume: bool = False
+    """The copy of a rollout's last failure a resume saved to close it (no attempt of its own)."""
     retried: bool | None = None
     """For a failure that was not final: whether a later attempt of its rollout is among the rows
     read (`rollout_rows`); False when none is (NeMo Gym's failed `/run` waits for its `--resume`, or
@@ -244,6 +246,7 @@ def explain_row(row: Mapping[str, Any], path: str = "", line: int | None = None)
         attempt=attempt if type(attempt) is int else None,
         final=row["final"] if isinstance(row.get("final"), bool) else None,
         final_reason=row["final_reason"] if isinstance(row.get("final_reason"), str) else None,
+        closed_on_resume=row.get("closed_on_resume") is True,
         reward=_reward(reward),
         masked=row.get("masked") is True,
         degraded_kind=safe_text(kind) if (kind := degraded_kind(row)) is not None else None,
@@ -366,9 +369,12 @@ def rollout_rows(paths: Iterable[Path], rollout_id: str) -> list[RowExplanation]
                 continue
             found.append(explain_row(row, str(path), number))
     found.sort(key=lambda item: (item.attempt or 0, item.outcome == "success"))
-    # A failure that was not final was retried only when a later row of its rollout came.
+    # A failure that was not final was retried only when a later attempt of its rollout came: a row
+    # after it that is not the copy a resume saved to close the rollout.
     return [
-        item.model_copy(update={"retried": position < len(found) - 1})
+        item.model_copy(
+            update={"retried": any(not later.closed_on_resume for later in found[position + 1 :])}
+        )
         if item.outcome == "failure" and item.final is False
         else item
         for position, item in enumerate(found)

@@ -31,6 +31,7 @@ from typing import Any, Literal, get_args
 from gym_failures.failure_kinds import FailureStage, classify_failure
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import failure_type_for
+from gym_failures.nemo_gym import FAILURE_CLASS, nemo_label
 from gym_failures.reporting._cost_keys import NO_COST, RowCost, row_cost
 from gym_failures.row_keys import FINAL
 
@@ -80,13 +81,16 @@ def _success_outcome(row: Mapping[str, Any], cost: RowCost) -> RolloutOutcome:
 def rollout_outcome(row: Mapping[str, Any]) -> RolloutOutcome:
     """The outcome of a row the collector wrote (a success row or a failure row), with its cost."""
     cost = row_cost(row)
-    if "failure" not in row:
+    # A NeMo Gym agent's flat failure row (`collect --agent-protocol nemo-gym`) has no `failure`: its
+    # `_ng_failure_class` says it failed, and names its kind.
+    label = nemo_label(row.get(FAILURE_CLASS))
+    if "failure" not in row and label is None:
         return _success_outcome(row, cost)
     failure = row.get("failure")
     failure = failure if isinstance(failure, Mapping) else {}
     report = FailureReportRow.report(row)
     event = report.events.get(report.failure_id) if report.failure_id is not None else None
-    kind = failure.get("failure_kind")
+    kind = failure.get("failure_kind", label)
     if not isinstance(kind, str):
         kind = event.failure_kind if event is not None else None
     stage = failure.get("stage")
