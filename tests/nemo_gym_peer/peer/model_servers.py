@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -34,8 +33,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import yaml
-from _peer import report
+from _peer import free_port, report, start_server, stop_servers
 from nemo_gym.openai_utils import NeMoGymChatCompletion, NeMoGymResponse
 
 TURNS = ("none", "truncated", "empty", "unknown_tool")
@@ -50,18 +48,12 @@ TOOLS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _global_config(endpoint_port: int) -> dict[str, Any]:
     upstream = f"http://127.0.0.1:{endpoint_port}/v1"
     openai = {
         "entrypoint": "app.py",
         "host": "127.0.0.1",
-        "port": _free_port(),
+        "port": free_port(),
         "openai_base_url": upstream,
         "openai_api_key": "not-a-secret",
         "openai_model": "gym-failures-echo",
@@ -70,7 +62,7 @@ def _global_config(endpoint_port: int) -> dict[str, Any]:
     vllm = {
         "entrypoint": "app.py",
         "host": "127.0.0.1",
-        "port": _free_port(),
+        "port": free_port(),
         "base_url": upstream,
         "api_key": "not-a-secret",
         "model": "gym-failures-echo",
@@ -78,28 +70,11 @@ def _global_config(endpoint_port: int) -> dict[str, Any]:
         "uses_reasoning_parser": False,
     }
     return {
-        "head_server": {"host": "127.0.0.1", "port": _free_port()},
+        "head_server": {"host": "127.0.0.1", "port": free_port()},
         "dry_run": False,
         OPENAI: {"responses_api_models": {OPENAI: openai}},
         VLLM: {"responses_api_models": {VLLM: vllm}},
     }
-
-
-def _start(name: str, config: dict[str, Any], work: Path, endpoint_port: int) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "NEMO_GYM_CONFIG_DICT": yaml.safe_dump(config),
-        "NEMO_GYM_CONFIG_PATH": name,
-        "GF_ENDPOINT_PORT": str(endpoint_port),
-    }
-    return subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--serve"],
-        cwd=work,
-        env=env,
-        stdout=open(work / f"{name}.out", "wb"),
-        stderr=open(work / f"{name}.err", "wb"),
-        start_new_session=True,
-    )
 
 
 def _serve() -> None:
@@ -178,9 +153,11 @@ def _tool_calls(response: NeMoGymResponse) -> int:
 
 def main() -> None:
     work = Path(sys.argv[1])
-    endpoint_port = _free_port()
+    endpoint_port = free_port()
     config = _global_config(endpoint_port)
-    processes = [_start(name, config, work, endpoint_port) for name in (ENDPOINT, OPENAI, VLLM)]
+    processes = [
+        start_server(__file__, name, config, work, endpoint_port) for name in (ENDPOINT, OPENAI, VLLM)
+    ]
     openai_port = config[OPENAI]["responses_api_models"][OPENAI]["port"]
     vllm_port = config[VLLM]["responses_api_models"][VLLM]["port"]
     results: dict[str, Any] = {}
@@ -191,15 +168,7 @@ def main() -> None:
             results[f"openai_model chat {turn}"] = _check(openai_port, endpoint_port, "chat", turn)
             results[f"vllm_model responses {turn}"] = _check(vllm_port, endpoint_port, "responses", turn)
     finally:
-        for process in processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGINT)
-        for process in processes:
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_servers(processes)
     report(results)
 
 

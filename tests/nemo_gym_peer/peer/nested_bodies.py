@@ -30,8 +30,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _peer import report
+from _peer import free_port, report, start_server, stop_servers
 from aiohttp import ClientResponseError
 from nemo_gym.config_types import BaseServerConfig
 from nemo_gym.rollout_collection import _agent_request_failure_row
@@ -52,22 +50,16 @@ FAULTS = ("server_503", "context_window", "quota_429")
 AGENT, MODEL, RESOURCES, ENDPOINT = "nested_agent", "nested_model", "nested_resources", "gf_endpoint"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _global_config(endpoint_port: int) -> dict[str, Any]:
     return {
-        "head_server": {"host": "127.0.0.1", "port": _free_port()},
+        "head_server": {"host": "127.0.0.1", "port": free_port()},
         "dry_run": False,
         MODEL: {
             "responses_api_models": {
                 MODEL: {
                     "entrypoint": "app.py",
                     "host": "127.0.0.1",
-                    "port": _free_port(),
+                    "port": free_port(),
                     "openai_base_url": f"http://127.0.0.1:{endpoint_port}/v1",
                     "openai_api_key": "not-a-secret",
                     "openai_model": "gym-failures-echo",
@@ -77,7 +69,7 @@ def _global_config(endpoint_port: int) -> dict[str, Any]:
         },
         RESOURCES: {
             "resources_servers": {
-                RESOURCES: {"entrypoint": "world_servers.py", "host": "127.0.0.1", "port": _free_port()}
+                RESOURCES: {"entrypoint": "world_servers.py", "host": "127.0.0.1", "port": free_port()}
             }
         },
         AGENT: {
@@ -85,30 +77,13 @@ def _global_config(endpoint_port: int) -> dict[str, Any]:
                 AGENT: {
                     "entrypoint": "app.py",
                     "host": "127.0.0.1",
-                    "port": _free_port(),
+                    "port": free_port(),
                     "resources_server": {"type": "resources_servers", "name": RESOURCES},
                     "model_server": {"type": "responses_api_models", "name": MODEL},
                 }
             }
         },
     }
-
-
-def _start(name: str, config: dict[str, Any], work: Path, endpoint_port: int) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "NEMO_GYM_CONFIG_DICT": yaml.safe_dump(config),
-        "NEMO_GYM_CONFIG_PATH": name,
-        "GF_ENDPOINT_PORT": str(endpoint_port),
-    }
-    return subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--serve"],
-        cwd=work,
-        env=env,
-        stdout=open(work / f"{name}.out", "wb"),
-        stderr=open(work / f"{name}.err", "wb"),
-        start_new_session=True,
-    )
 
 
 def _serve() -> None:
@@ -187,10 +162,10 @@ async def _run(client: ServerClient, port: int) -> list[dict[str, Any]]:
 
 def main() -> None:
     work = Path(sys.argv[1])
-    endpoint_port = _free_port()
+    endpoint_port = free_port()
     config = _global_config(endpoint_port)
     names = [ENDPOINT, RESOURCES, MODEL, AGENT]
-    processes = [_start(name, config, work, endpoint_port) for name in names]
+    processes = [start_server(__file__, name, config, work, endpoint_port) for name in names]
     try:
         client = ServerClient(
             head_server_config=BaseServerConfig.model_validate(config["head_server"]),
@@ -201,15 +176,7 @@ def main() -> None:
         _wait_ready(client, endpoint_port, processes)
         results = asyncio.run(_run(client, endpoint_port))
     finally:
-        for process in processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGINT)
-        for process in processes:
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_servers(processes)
     report(results)
 
 

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
-from _peer import report
+from _peer import free_port, report, start_server, stop_servers
 from aiohttp import ClientResponseError
 from nemo_gym.config_types import BaseServerConfig
 from nemo_gym.rollout_collection import _agent_request_failure_row
@@ -40,7 +38,6 @@ from nested_bodies import (
     MODEL,
     RESOURCES,
     _endpoint,
-    _free_port,
     _global_config,
     _wait_ready,
 )
@@ -56,23 +53,6 @@ def _config(endpoint_port: int) -> dict[str, Any]:
     model["openai_api_key"] = CANARIES[0]
     model["openai_default_headers"] = {"X-Upstream-Token": CANARIES[1]}
     return config
-
-
-def _start(name: str, config: dict[str, Any], work: Path, endpoint_port: int) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "NEMO_GYM_CONFIG_DICT": yaml.safe_dump(config),
-        "NEMO_GYM_CONFIG_PATH": name,
-        "GF_ENDPOINT_PORT": str(endpoint_port),
-    }
-    return subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--serve"],
-        cwd=work,
-        env=env,
-        stdout=open(work / f"{name}.out", "wb"),
-        stderr=open(work / f"{name}.err", "wb"),
-        start_new_session=True,
-    )
 
 
 def _serve() -> None:
@@ -128,10 +108,10 @@ async def _run(client: ServerClient, port: int) -> list[dict[str, Any]]:
 
 def main() -> None:
     work = Path(sys.argv[1])
-    endpoint_port = _free_port()
+    endpoint_port = free_port()
     config = _config(endpoint_port)
     names = [ENDPOINT, RESOURCES, MODEL, AGENT]
-    processes = [_start(name, config, work, endpoint_port) for name in names]
+    processes = [start_server(__file__, name, config, work, endpoint_port) for name in names]
     try:
         client = ServerClient(
             head_server_config=BaseServerConfig.model_validate(config["head_server"]),
@@ -142,15 +122,7 @@ def main() -> None:
         _wait_ready(client, endpoint_port, processes)
         results = asyncio.run(_run(client, endpoint_port))
     finally:
-        for process in processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGINT)
-        for process in processes:
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_servers(processes)
     report({"calls": results, "canaries": list(CANARIES)})
 
 
