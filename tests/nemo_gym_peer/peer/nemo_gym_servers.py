@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _peer import report
+from _peer import report, stop_servers
 from aiohttp import ClientResponseError
 from nemo_gym.config_types import BaseServerConfig
 from nemo_gym.server_utils import ServerClient, get_response_json, raise_for_status
@@ -174,15 +173,7 @@ def main() -> None:
         _wait_ready(client, names, processes)
         results = asyncio.run(_calls(client, header_canary))
     finally:
-        for process in processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGINT)
-        for process in processes:
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_servers(processes)
     results["events"] = [json.loads(line) for line in events.read_text().splitlines()]
     results["logs"] = {
         name: {
