@@ -244,3 +244,18 @@ def test_a_short_groups_limit_without_a_minimum_is_one_line_and_exit_2(tmp_path:
     rows = write_jsonl(tmp_path / "rows.jsonl", [success_row()])
     assert main(["gate", str(rows), "--max-short-groups", "0"]) == 2
     assert "--max-short-groups needs --min-valid-per-group" in capsys.readouterr().err
+
+
+def test_a_minimum_above_every_group_is_warned_about() -> None:
+    """`collect` refuses such a minimum; the gate counts every group short, and says why."""
+    from gym_failures import gate
+
+    rows = [success_row(f"{task}:{repeat}") for task in range(2) for repeat in range(2)]
+    coverage = gate.rollout_coverage(rows, min_valid_per_group=3)
+    verdict = gate.check(coverage, gate.GateThresholds())
+    assert verdict.passed is False
+    assert "--min-valid-per-group 3 is more than any group has (the largest has 2): every group is short" in (
+        verdict.warnings
+    )
+    fitting = gate.check(gate.rollout_coverage(rows, min_valid_per_group=2), gate.GateThresholds())
+    assert fitting.warnings == [w for w in fitting.warnings if "more than any group" not in w]

@@ -226,3 +226,18 @@ def test_a_failure_is_called_retried_only_when_a_later_attempt_of_its_rollout_ca
         assert main(["explain", str(path), "--rollout", "1:0"]) == 0
     assert "not retried yet" in out.getvalue()
     assert "· retried" not in out.getvalue()
+
+
+def test_a_failure_a_retry_rule_closed_names_the_rule() -> None:
+    from tests.saved_rows import oom_chain
+
+    row = failure_row(oom_chain(), "0:0")
+    row["final_reason"] = "retry_cap_reached"
+    row["_gf_retry_rule"] = {"rule": "cap", "max_attempts": 3, "retry": False, "max_retries_per_run": 1}
+    explanation = explain_row(row)
+    assert (explanation.retry_rule, explanation.final_label) == (
+        "cap",
+        " · final (retry_cap_reached, rule cap)",
+    )
+    del row["_gf_retry_rule"]
+    assert explain_row(row).final_label == " · final (retry_cap_reached)"

@@ -115,7 +115,7 @@ def explanation_tree(explanation: RowExplanation) -> Tree:
     else:
         title.append("failure", style="red")
         if explanation.final:
-            title.append(f" · final ({_clean(explanation.final_reason or 'final')})")
+            title.append(_clean(explanation.final_label))
         elif explanation.final is False:
             title.append(explanation.not_final_label)
     tree = Tree(title)

@@ -48,7 +48,12 @@ def parse_rule_flag(text: str) -> RetryRule:
     try:
         return RetryRule.model_validate(fields)
     except ValidationError as error:
-        raise RetryRuleError(one_line(error)) from None
+        problem = one_line(error)
+        message = fields.get("message")
+        if isinstance(message, str) and any(f",{key}=" in message for key in FIELDS):
+            # `message=` took the rest of the value, the fields after it included.
+            problem += "; message= takes the rest of the value, commas included: put it last"
+        raise RetryRuleError(problem) from None
 
 
 def _flag_value(key: str, value: str) -> Any:

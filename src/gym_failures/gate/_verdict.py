@@ -133,6 +133,13 @@ def check(coverage: Coverage, thresholds: GateThresholds | None = None) -> GateV
                 "groups were counted from the rows seen (no materialized inputs name every member): "
                 "a member that left no row at all is not counted as missing"
             )
+        largest = max((int(size) for size in coverage.groups.sizes), default=0)
+        if coverage.groups.groups and coverage.groups.min_valid > largest:
+            # As `collect` refuses such a minimum: no group can ever be complete.
+            warnings.append(
+                f"--min-valid-per-group {coverage.groups.min_valid} is more than any group has "
+                f"(the largest has {largest}): every group is short"
+            )
     if coverage.expected_source == "rows_seen":
         warnings.append(
             f"expected was taken from the {coverage.seen} distinct rollouts seen (no expected count was "

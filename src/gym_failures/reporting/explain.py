@@ -55,6 +55,7 @@ from gym_failures.failure_records import FailureEvent, FailureReport
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import safe_text
 from gym_failures.nemo_gym import FAILURE_RESPONSE_BODY, degraded_kind, reported_failure
+from gym_failures.row_keys import RETRY_RULE
 from gym_failures.rows import is_not_persisted, is_rollout_row, normalized, parse_line
 
 __all__ = [
@@ -114,6 +115,8 @@ class RowExplanation(BaseModel):
     attempt: int | None = None
     final: bool | None = None
     final_reason: str | None = None
+    retry_rule: str | None = None
+    """The retry rule that decided this failure's budget (`_gf_retry_rule`'s `rule`), when one did."""
     closed_on_resume: bool = False
     """The copy of a rollout's last failure a resume saved to close it (no attempt of its own)."""
     retried: bool | None = None
@@ -144,6 +147,12 @@ class RowExplanation(BaseModel):
     observations: list[EventNode] = []
     problem: str | None = None
     """Why an invalid, torn or other line is no rollout row."""
+
+    @property
+    def final_label(self) -> str:
+        """How a final failure is labelled: why it is final, and the retry rule that decided it."""
+        reason = self.final_reason or "final"
+        return f" · final ({reason}, rule {self.retry_rule})" if self.retry_rule else f" · final ({reason})"
 
     @property
     def not_final_label(self) -> str:
@@ -247,6 +256,7 @@ def explain_row(row: Mapping[str, Any], path: str = "", line: int | None = None)
         final=row["final"] if isinstance(row.get("final"), bool) else None,
         final_reason=row["final_reason"] if isinstance(row.get("final_reason"), str) else None,
         closed_on_resume=row.get("closed_on_resume") is True,
+        retry_rule=_rule_name(row.get(RETRY_RULE)),
         reward=_reward(reward),
         masked=row.get("masked") is True,
         degraded_kind=safe_text(kind) if (kind := degraded_kind(row)) is not None else None,
@@ -387,6 +397,12 @@ def _chain_depth(report: FailureReport) -> int:
     while event_id is not None and event_id in report.events and depth <= len(report.events):
         depth, event_id = depth + 1, report.events[event_id].cause_id
     return depth
+
+
+def _rule_name(record: object) -> str | None:
+    """The rule a `_gf_retry_rule` record names (bounded, as any text shown), or None."""
+    name = record.get("rule") if isinstance(record, Mapping) else None
+    return safe_text(name)[:64] if isinstance(name, str) and name else None
 
 
 def with_retried(explanation: RowExplanation | None, paths: Iterable[Path]) -> RowExplanation | None:

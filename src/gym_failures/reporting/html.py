@@ -246,7 +246,7 @@ def _cause_tree_section(explanation: RowExplanation) -> str:
     where = explanation.path if explanation.line is None else f"{explanation.path}:{explanation.line}"
     state = "failure"
     if explanation.final:
-        state += f" · final ({explanation.final_reason or 'final'})"
+        state += explanation.final_label
     elif explanation.final is False:
         state += explanation.not_final_label
     attempt = explanation.attempt if explanation.attempt is not None else "?"
