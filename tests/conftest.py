@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
-from tests.processes import free_port, stop, wait_listening
+from tests.processes import serve_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,18 +24,8 @@ os.environ.setdefault("GYM_FAILURES_WAIT_READY_S", "0")
 def agent_url() -> Iterator[str]:
     """The collection tests' agent server (`tests.collection.agent_app`), as a real process; it keeps
     no state between requests, so one serves every test."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.collection.agent_app", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(process)
+    with serve_module("tests.collection.agent_app") as url:
+        yield url
 
 
 # `make fuzz` runs the property tests with this profile (HYPOTHESIS_PROFILE=fuzz); `make test` uses

@@ -60,3 +60,21 @@ def serve_model(api_key: str) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(process)
+
+
+@contextlib.contextmanager
+def serve_module(module: str, *args: str) -> Iterator[str]:
+    """`python -m module PORT ARGS...` as a real process on a free loopback port: its base URL while the
+    block runs (a test server that takes its port as its first argument)."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, str(port), *args],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_listening(port, process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(process)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +22,7 @@ from gym_failures.collection import CollectionConfig, collect, read_rows
 from gym_failures.row_keys import DURATION_S, MODEL_CALLS, USAGE
 from gym_failures.rows import normalized
 from tests.collection.cost_agent import KEY
-from tests.processes import free_port, serve_model, stop, wait_listening
+from tests.processes import serve_model, serve_module
 
 ROOT = Path(__file__).resolve().parents[2]
 SLEEP_S = 0.2
@@ -39,18 +37,8 @@ def endpoint() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def cost_agent(endpoint: str) -> Iterator[str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.collection.cost_agent", str(port), endpoint],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(process)
+    with serve_module("tests.collection.cost_agent", endpoint) as url:
+        yield url
 
 
 def _control(endpoint: str, route: str, body: dict[str, Any] | None = None) -> Any:
