@@ -51,7 +51,7 @@ from gym_failures.collection import CollectionConfig, collect
 from gym_failures.collection._dispatcher import AttemptDispatcher
 from gym_failures.collection._resume import PendingRollout
 from gym_failures.ray import RayCollector, RayWorkers, collect_on_ray
-from gym_failures.ray._collect import _AttemptWorker
+from gym_failures.ray._pool import _AttemptWorker
 
 ROLLOUTS = 2000
 ROUNDS = int(os.environ.get("BENCH_RAY_ROUNDS", "7"))

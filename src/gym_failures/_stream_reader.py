@@ -4,39 +4,24 @@ Public names are re-exported by `gym_failures.failure_transport`, which document
 shows the reader every chunk it passes on (`feed`), then closes it (`finish`) and records the report
 as observations of the request it serves (`observe`). The reader only reads the chunks: it never
 changes them, holds no reference to them, and keeps no more of the stream than its unfinished line.
+This module cuts the chunks into lines; what a complete line says (the open event, whether it is
+terminal, the report its data carries) is read by the base class, `gym_failures._sse_lines`, whose
+decisions say what is evidence.
 
 Decisions:
-- Evidence is a `data:` line that holds `FailureHeader.STREAM_FIELD` as a key and belongs to a terminal
-  event. An event states its type twice in the APIs read here: its `event:` name and its data's
-  `"type"`. It is terminal when every type it states is in `_TERMINAL_TYPES` and it states at least
-  one; a disagreement (a `response.output_text.delta` event whose data says `response.completed`) is
-  not terminal. The name is the last non-empty `event:` value before the data line in the same event
-  (an empty one is the SSE default, "no name"); an `event:` line after the data line is not waited for.
-- Data that cannot be read (not JSON, or a line over `_MAX_LINE_BYTES`) states no readable type. Such a
-  line holding the key is taken as terminal unless its event name or the `"type"` its JSON opens with
-  says otherwise, and yields a report with `omitted=True`: evidence is dropped only from an event known
-  not to be terminal. A readable data line without a `"type"` in an event without a name is not terminal.
 - A report is read when its data line ends (CRLF, LF or CR, as per the SSE spec), without waiting for
   the blank line that dispatches the event. A line the stream never ends is not evidence: `finish`
   returns what was read before it (and logs that a line holding the field was cut off).
-- Each data line is read as one JSON document, the form every producer writes; data an event splits
-  over several lines is not JSON line by line, so a key in it yields an omitted report.
-- Invalid UTF-8 is decoded with U+FFFD replacement, as per the SSE spec's UTF-8 decode, so a stray byte
-  in a reason does not cost the report. A leading byte order mark is ignored, as per the SSE spec.
-- Several terminal reports merge (`FailureReport.merged`): the first `failure_id` read wins, and an
-  omitted one keeps the result omitted.
+- A leading byte order mark is ignored, as per the SSE spec.
 - `feed` after `finish` raises `ValueError`, as I/O on a closed file does: a chunk read after the stream
   was closed would be evidence silently lost. `finish` may be called again and returns the same report.
 - Whether the stream ended with its terminal event (`terminal_seen`) is decided by `finish` from the
-  stream's last event: a terminal `event:` name, a data line whose leading `"type"` is terminal, or
-  the Chat Completions stream's `data: [DONE]`. The reader keeps references to the last chunks that
-  together hold at least 64 KiB (never copies; however small the chunks) to read that event; when it
-  starts further back (a terminal event longer than 64 KiB), the name of the last event seen open at
-  a chunk boundary decides: an unnamed event that long is not read as terminal. A report read from
+  stream's last event (`gym_failures._sse_lines` says when that is terminal). The reader keeps
+  references to the last chunks that together hold at least 64 KiB (never copies; however small the
+  chunks) to read that event; when it starts further back (a terminal event longer than 64 KiB), the
+  name of the last event seen open at a chunk boundary decides. A report read from
   a terminal event means a terminal event was seen. A line the stream never ended is not an event:
   a stream cut inside its terminal event did not end with it.
-- A Chat Completions stream names no event types: its chunk that carries a `finish_reason`, and a
-  chunk `{"error": {...}}` (vLLM's failed stream), are its terminal events for reading a report.
 - `feed_text` encodes 64 Ki characters at a time; a lone surrogate (text that is not valid Unicode)
   becomes U+FFFD, the character `feed` reads for an invalid byte, never invalid UTF-8.
 
@@ -59,26 +44,21 @@ and the window `finish` reads (the last batches read that hold at least `_WINDOW
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from collections import deque
-from collections.abc import Mapping, Sequence
-from re import Pattern
-from typing import Any, ClassVar, Final
+from collections.abc import Sequence
+from typing import ClassVar, Final
 
 from gym_failures._header import LOGGER, FailureHeader
 from gym_failures._request_log import RequestFailureLog
-from gym_failures.failure_records import FailureReport, merged_taking_failure_id
+from gym_failures._sse_lines import LONG_NAME, SseLineReader, field_value
+from gym_failures.failure_records import FailureReport
 
 _LF: Final = 0x0A
 _CR: Final = 0x0D
 _COLON: Final = 0x3A
 _BOM: Final = b"\xef\xbb\xbf"
 
-_LONG_NAME: Final = b"\x00over _MAX_LINE_BYTES"
-"""The name of an event whose `event:` line was too long to keep: stated, and never terminal."""
-
-_MISSING: Final = object()
 _FIELD: Final = FailureHeader.STREAM_FIELD.encode()
 _KEY_TAIL: Final = len(_FIELD) + 12  # the class's documented `_KEY_TAIL`; a global in `feed`'s loop
 _SPLIT: Final = len(_FIELD) - 1
@@ -90,59 +70,22 @@ chunks has one of these pairs on either side of the cut."""
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
-def _is_chat_end(payload: Mapping[str, Any]) -> bool:
-    """Whether a Chat Completions chunk ends its stream: it has a `finish_reason`, or is an error."""
-    if isinstance(payload.get("error"), Mapping):
-        return True
-    choices = payload.get("choices")
-    return isinstance(choices, list) and any(
-        isinstance(choice, Mapping) and choice.get("finish_reason") is not None for choice in choices
-    )
-
-
-def _field_value(line: bytes, name_length: int) -> bytes:
-    """The value of a field line whose name is `name_length` bytes: after its colon and one space."""
-    value = line[name_length + 1 :]
-    return value[1:] if value[:1] == b" " else value
-
-
-class StreamFailureReportReader:
+class StreamFailureReportReader(SseLineReader):
     """Read bounded terminal SSE failure reports without changing the relayed response."""
 
     _FIELD: ClassVar[bytes] = _FIELD
-    _KEY: ClassVar[Pattern[bytes]] = re.compile(b'"' + re.escape(_FIELD) + rb'"\s*:')
-    """The field as a JSON key. A key in a string value is escaped (`\\"name\\"`) and never matches."""
     _KEY_TAIL: ClassVar[int] = _KEY_TAIL
     """The bytes of a line's end searched with the next chunk, and kept of a line over the bound: a
     key split across chunks is seen whole, its quoted name, up to ten bytes of whitespace and colon."""
-    _MAX_LINE_BYTES: ClassVar[int] = 1 << 20
-    _HEAD_BYTES: ClassVar[int] = 256
-    """The bytes of a line over `_MAX_LINE_BYTES` kept to read its field and the type its data opens with."""
     _TEXT_SLICE: ClassVar[int] = 1 << 16
     _WALK_STEPS: ClassVar[int] = 8
     """The lines `_advance` reads back one by one (at least 1); past them, reverse searches for a blank
     or `event:` line cost less than a step per line."""
-    _TERMINAL_TYPES: ClassVar[frozenset[str]] = frozenset(
-        {
-            # OpenAI Responses API
-            "response.completed",
-            "response.failed",
-            "response.incomplete",
-            # OpenAI Responses API and Anthropic Messages API
-            "error",
-            # Anthropic Messages API
-            "message_stop",
-        }
-    )
-    _TERMINAL_NAMES: ClassVar[frozenset[bytes]] = frozenset(name.encode() for name in _TERMINAL_TYPES)
-    _LEADING_TYPE: ClassVar[Pattern[bytes]] = re.compile(rb'\s*\{\s*"type"\s*:\s*"([^"\\]{0,64})"')
 
     _pending: bytes | bytearray = b""
     """The unfinished line; over `_MAX_LINE_BYTES`, only its head and tail (`_overlong`)."""
     report: FailureReport | None = None
     """The report read so far; `None` until a terminal event carries one."""
-    _TERMINAL_DATA: ClassVar[bytes] = b"[DONE]"
-    """The Chat Completions stream's terminal data line, as OpenAI and vLLM send it."""
     _WINDOW: ClassVar[int] = 1 << 16
     _BATCH: ClassVar[int] = 1 << 17
     """Chunks without the field name, each at most this long, are held until they hold this many
@@ -151,13 +94,11 @@ class StreamFailureReportReader:
     stream's last event in."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._pending = b""
-        self.report = None
         self._pending_hit = False
         """The unfinished line holds the field name (when `_overlong`: the key)."""
         self._overlong = False
-        self._event: bytes | None = None
-        """The name of the event still open, as of the last complete line."""
         self._last = _LF
         """The last line-ending byte read; it decides whether an LF opening the next chunk ends a CRLF."""
         self._start: bytes | None = b""
@@ -169,8 +110,6 @@ class StreamFailureReportReader:
         """The last chunks, by reference, together at least `_WINDOW` bytes (or the whole stream):
         `finish` reads the stream's last event from them, however small the chunks were."""
         self._tail_size = 0
-        self._named: bytes | None = None
-        """The name of the last event seen open at a chunk boundary."""
         self._fed = 0
         self._terminal: bool | None = None
         self._held: list[bytes] | None = None
@@ -337,117 +276,15 @@ class StreamFailureReportReader:
         return self.report
 
     def _ends_with_terminal_event(self) -> bool:
-        """Whether the stream's last complete event is terminal (see the module's decisions)."""
+        """Whether the stream's last complete event is terminal, read from the window of its last chunks."""
         window = b"".join(itertools.chain.from_iterable(chunks for chunks, _ in self._tail))
-        end = max(window.rfind(b"\n"), window.rfind(b"\r"))
-        text = window[: end + 1].rstrip(b"\r\n")
-        if not text:
-            return False
-        blank = max(text.rfind(b"\n\n"), text.rfind(b"\r\r"), text.rfind(b"\n\r\n"))
-        if blank < 0 and len(window) < self._fed:
-            # The last event started before the window: only its name, if one was seen, can tell.
-            return self._named is not None and self._named in self._TERMINAL_NAMES
-        name: bytes | None = None
-        data: bytes | None = None
-        for line in text[blank + 1 :].splitlines():
-            if line.startswith(b"event:"):
-                name = _field_value(line, 5) or None
-            elif line.startswith(b"data:") and data is None:
-                data = _field_value(line, 4)
-        if data is None:  # an event without a complete data line is never dispatched
-            return False
-        if name is not None:
-            return name in self._TERMINAL_NAMES
-        if data.strip() == self._TERMINAL_DATA:
-            return True
-        match = self._LEADING_TYPE.match(data)
-        return match is not None and match.group(1).decode("ascii", "replace") in self._TERMINAL_TYPES
+        return self._last_event_is_terminal(window, whole=len(window) >= self._fed)
 
     def observe(self) -> None:
         """Retain model-call observations without selecting an enclosing episode failure."""
         log = RequestFailureLog.current()
         if log is not None and self.report is not None:
             log.add(self.report)
-
-    # --- lines -----------------------------------------------------------------------------------
-
-    def _read_line(self, line: bytes) -> None:
-        """Read one complete line (without its ending) as per the SSE spec: a blank line closes the
-        open event, an `event:` line names it, and a `data:` line holding the key may be evidence."""
-        if len(line) > self._MAX_LINE_BYTES:
-            self._read_long(line[: self._HEAD_BYTES], self._KEY.search(line) is not None)
-            return
-        if not line:
-            self._event = None
-        elif line.startswith(b"event") and (len(line) == 5 or line[5] == _COLON):
-            self._event = self._named = _field_value(line, 5) or None
-        elif (
-            line.startswith(b"data")
-            and (len(line) == 4 or line[4] == _COLON)
-            and self._KEY.search(line) is not None
-        ):
-            self._read_data(_field_value(line, 4), len(line))
-
-    def _read_data(self, value: bytes, size: int) -> None:
-        try:
-            payload: Any = json.loads(value.decode("utf-8", "replace"))
-        except (ValueError, RecursionError):
-            self._read_unreadable(value, "data that is not JSON", size)
-            return
-        if not isinstance(payload, Mapping):
-            return  # the key is nested in a list or string: not a field of this event
-        data_type = payload.get("type", _MISSING)
-        chat_end = data_type is _MISSING and self._event is None and _is_chat_end(payload)
-        if not chat_end and not self._is_terminal(data_type, readable=True):
-            LOGGER.debug("%s in a non-terminal stream event is not evidence", FailureHeader.STREAM_FIELD)
-            return
-        report = FailureHeader.decode_stream_event(payload)
-        if report is not None:
-            self._merge(report)
-
-    def _read_long(self, head: bytes, has_key: bool) -> None:
-        """Read a line over `_MAX_LINE_BYTES` from its first bytes and whether it holds the key."""
-        if head.startswith(b"event:"):
-            self._event = _LONG_NAME
-        elif head.startswith(b"data:") and has_key:
-            self._read_unreadable(_field_value(head, 4), f"a line over {self._MAX_LINE_BYTES} bytes", 0)
-
-    def _read_unreadable(self, value: bytes, why: str, size: int) -> None:
-        match = self._LEADING_TYPE.match(value)
-        data_type: object = match.group(1).decode("ascii", "replace") if match else _MISSING
-        if self._is_terminal(data_type, readable=False):
-            LOGGER.warning(
-                "a terminal stream event holds %s in %s (%d bytes); reported as omitted",
-                FailureHeader.STREAM_FIELD,
-                why,
-                size,
-            )
-            self._merge(FailureReport(omitted=True))
-
-    def _is_terminal(self, data_type: object, *, readable: bool) -> bool:
-        """Whether every type the open event states (its name, its data's `data_type`) is terminal.
-
-        Data that could not be read (`readable=False`) may state a type nobody saw, so an event that
-        states none is taken as terminal then.
-        """
-        stated = False
-        name = self._event
-        if name is not None:
-            if name not in self._TERMINAL_NAMES:
-                return False
-            stated = True
-        if data_type is not _MISSING:
-            if not (isinstance(data_type, str) and data_type in self._TERMINAL_TYPES):
-                return False
-            stated = True
-        return stated or not readable
-
-    def _merge(self, report: FailureReport) -> None:
-        current = self.report
-        if current is None:
-            self.report = report
-            return
-        self.report = merged_taking_failure_id(current, report)
 
     # --- chunks ----------------------------------------------------------------------------------
 
@@ -572,7 +409,7 @@ class StreamFailureReportReader:
                 return True
             if chunk.startswith(b"event", start, stop) and (stop == start + 5 or chunk[start + 5] == _COLON):
                 if stop - start > self._MAX_LINE_BYTES:
-                    self._event = _LONG_NAME
+                    self._event = LONG_NAME
                 else:
                     value = chunk[start + 6 : stop]
                     self._event = self._named = (value[1:] if value[:1] == b" " else value) or None
@@ -609,16 +446,16 @@ class StreamFailureReportReader:
     def _name(self, chunk: bytes, start: int, stop: int) -> bytes | None:
         """The event name the `event:` line `chunk[start:stop]` gives, as `_read_line` reads it."""
         if stop - start > self._MAX_LINE_BYTES:
-            return _LONG_NAME
-        return _field_value(chunk[start:stop], 5) or None
+            return LONG_NAME
+        return field_value(chunk[start:stop], 5) or None
 
     def _joined_event(self, pending: bytes | bytearray, chunk: bytes, stop: int) -> bytes | None:
         """The `event:` value of the line `pending + chunk[:stop]`; `None` when it is another line."""
         if self._overlong:
-            return _LONG_NAME if pending[:6] == b"event:" else None
+            return LONG_NAME if pending[:6] == b"event:" else None
         probe = bytes(pending[:6]) + chunk[: max(0, min(stop, 6 - len(pending)))]
         if not probe.startswith(b"event") or (len(probe) > 5 and probe[5] != _COLON):
             return None
         if len(pending) + stop > self._MAX_LINE_BYTES:
-            return _LONG_NAME
-        return _field_value(bytes(pending) + chunk[:stop], 5)
+            return LONG_NAME
+        return field_value(bytes(pending) + chunk[:stop], 5)

@@ -88,20 +88,58 @@ a failure row `_ng_failure_class`, `_ng_failure_terminal`, `_ng_failure_message`
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
-import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Final
 
-from gym_failures.failure_kinds import (
-    AGENT_TIMEOUT,
-    ENVIRONMENT_PROTOCOL_VIOLATION,
-    JUDGE_UNPARSEABLE,
+# The module's jobs apart from reading a row live in private modules (the package docstring's map):
+# the key names, a run directory's other files, the kept reply body, the keys of the rows we write.
+from gym_failures._nemo_gym_kept_body import (
+    BODY_KIND_REGEX,
+    BODY_START_REGEX,
+    MAX_BODY_CHARS,
+    reported_failure,
+)
+from gym_failures._nemo_gym_keys import (
+    AGENT_REF,
+    ATTEMPT_INDEX,
+    COMPUTED_KEYS,
+    CONTRACT_KEYS,
+    DISPATCH_DRAINED,
+    FAILURE_CLASS,
+    FAILURE_HTTP_STATUS,
+    FAILURE_JUDGE_ERROR,
+    FAILURE_MESSAGE,
+    FAILURE_PARTIAL_RESPONSE,
+    FAILURE_RESPONSE_BODY,
+    FAILURE_STAGE,
+    FAILURE_TERMINAL,
+    FAILURE_TYPE,
+    LABEL_ALIASES,
+    NO_PERSIST,
+    OWN_KEYS,
+    REASON_KEYS,
+    ROLLOUT_ID,
+    ROLLOUT_INDEX,
+    TASK_ID,
+    TASK_INDEX,
+)
+from gym_failures._nemo_gym_run_files import (
+    INVENTORY_SUFFIX,
+    Inventory,
+    inventory_paths,
+    is_report_file,
+    materialized_inputs_path,
+    read_inventory,
+)
+from gym_failures._nemo_gym_writing import (
+    ROW_OWN_KEYS,
+    RUN_FAILED_CLASSES,
+    failure_keys,
+    result_metrics,
+    run_failed_class,
+    success_keys,
 )
 from gym_failures.row_keys import SAVED_AS
 
@@ -157,103 +195,8 @@ __all__ = [
 
 _LOGGER = logging.getLogger(__name__)
 
-TASK_INDEX: Final = "_ng_task_index"
-ROLLOUT_INDEX: Final = "_ng_rollout_index"
-ATTEMPT_INDEX: Final = "_ng_attempt_index"
-ROLLOUT_ID: Final = "_ng_rollout_id"
-TASK_ID: Final = "_ng_task_id"
-FAILURE_CLASS: Final = "_ng_failure_class"
-FAILURE_TERMINAL: Final = "_ng_failure_terminal"
-FAILURE_MESSAGE: Final = "_ng_failure_message"
-FAILURE_JUDGE_ERROR: Final = "_ng_failure_judge_error"
-FAILURE_TYPE: Final = "_ng_failure_type"
-FAILURE_HTTP_STATUS: Final = "_ng_failure_http_status"
-FAILURE_RESPONSE_BODY: Final = "_ng_failure_response_body"
-FAILURE_STAGE: Final = "_ng_failure_stage"
-FAILURE_PARTIAL_RESPONSE: Final = "_ng_failure_partial_response"
-NO_PERSIST: Final = "_ng_no_persist"
-DISPATCH_DRAINED: Final = "_ng_dispatch_drained"
-AGENT_REF: Final = "agent_ref"
-"""`{"name": <agent>}`: the agent a rollout ran on; NeMo Gym groups a run's metrics by it when a row
-names no `_ng_environment_server` (`nemo_gym/rollout_collection.py:1725`)."""
-
-REASON_KEYS: tuple[str, ...] = (
-    FAILURE_MESSAGE,
-    FAILURE_JUDGE_ERROR,
-    "failure_reason",
-    "error",
-    "error_message",
-    "_ng_failure_reason",
-)
-"""Where a NeMo Gym failure row keeps its reason, in the order read: the first string wins.
-`_ng_failure_message` is the collector's own (`nemo_gym/rollout_collection.py`
-`_agent_request_failure_row`, `_episode_record`); `error` is what its tau2, nooa, remote and Harbor
-agents write; `error_message` its Stirrup agent's (`responses_api_agents/stirrup_agent/app.py`
-`_build_failed_run_payload`) and the collector's drained rows'; `_ng_failure_reason` is what
-gym-failures' first reader looked for."""
-
-LABEL_ALIASES: Mapping[str, str] = {
-    # Read as the shared kind NeMo Gym's own code names for the label.
-    "protocol_violation": ENVIRONMENT_PROTOCOL_VIOLATION,
-    "judge_invalid": JUDGE_UNPARSEABLE,  # nemo_gym/rollout_collection.py migrate_invalid_judge_main_rows
-    "timeout_exceeded": AGENT_TIMEOUT,  # nemo_gym/rollout_collection.py is_terminal_failure
-    # No shared name: read as the `<server>:<kind>` extension of the component that writes it, which
-    # `gym_failures.failure_kinds` classifies (`_FOREIGN_CLASSIFICATION`).
-    "reference_missing": "gdpval:reference_missing",
-    "eval_missing": "gdpval:eval_missing",
-    "transport_ineligible": "gdpval:transport_ineligible",
-    "skipped": "stirrup:skipped",
-    "transient": "stirrup:transient",
-    "permanent": "stirrup:permanent",
-    "legitimate": "stirrup:legitimate",
-    "incomplete": "stirrup:incomplete",
-    "tau2_malformed_tool_call": "tau2:malformed_tool_call",
-    "tau2_agent_error": "tau2:agent_error",
-    "remote_agent_error": "remote_agent:error",
-}
-"""Every `_ng_failure_class` label NeMo Gym 0.7.0 and its bundled agents, resources and environment
-servers write that is not a kind of the shared vocabulary, read as a kind (docs/decisions.md, "NeMo
-Gym's run directories read as NeMo Gym reads them", gives each one's class, stage and retry reading).
-Labels that are kinds (`agent_run_error`, `judge_failed`, `kill_shaped`, ...) are read as written;
-a label neither knows is kept as written and classifies as unknown rather than being guessed."""
-
-MAX_BODY_CHARS: Final = 2000
-"""How much of a failed reply's body NeMo Gym keeps (`_MAX_FAILURE_BODY_CHARS`), "…" marking a cut."""
-
-INVENTORY_SUFFIX: Final = "_materialized_inputs"
-"""`<stem>_materialized_inputs.jsonl`: NeMo Gym's inventory of the rollouts a run owes
-(`nemo_gym/path_utils.py` `materialized_path_for`)."""
-
-_REPORT_FILES: Final = frozenset({"rollout_verdicts.jsonl", "quality_summary.json"})
-_REPORT_SUFFIXES: Final = (f"{INVENTORY_SUFFIX}.jsonl", "_aggregate_metrics.json")
-
 MAX_ATTEMPTS_ENV: Final = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
 DEFAULT_MAX_ATTEMPTS: Final = 3
-
-OWN_KEYS: frozenset[str] = frozenset(
-    {
-        "task_index",
-        "task_id",
-        "rollout_index",
-        "rollout_id",
-        "attempt",
-        "result",
-        "failure",
-        "final",
-        "final_reason",
-        "closed_on_resume",
-        "rollout_failure",
-    }
-)
-"""The contract keys a row holds as the contract's only when gym-failures wrote it
-(`written_by_gym_failures`); on a row NeMo Gym wrote they are its dataset's."""
-
-COMPUTED_KEYS: frozenset[str] = frozenset({"masked", "degraded", "reward_is_verdict", "from_nemo_gym"})
-"""The contract keys a reader derives and never saves; on a row NeMo Gym wrote, a key of one of these
-names is its dataset's. `masked` and `degraded` are computed afresh on every row."""
-
-CONTRACT_KEYS: frozenset[str] = OWN_KEYS | COMPUTED_KEYS
-"""The row contract's own keys (`gym_failures.rows`): never part of a flat row's result."""
 
 _SAVED_NAMES: tuple[str, ...] = tuple(sorted(SAVED_AS.values()))
 
@@ -304,75 +247,6 @@ def nemo_label(label: object) -> str | None:
     if not isinstance(label, str):
         return None
     return LABEL_ALIASES.get(label, label)
-
-
-def is_report_file(path: Path) -> bool:
-    """Whether `path` is one of the files NeMo Gym writes beside a run's rows that holds no rows: its
-    materialized inputs, aggregate metrics, and health-check reports (`rollout_verdicts.jsonl`,
-    `quality_summary.json`)."""
-    return path.name in _REPORT_FILES or path.name.endswith(_REPORT_SUFFIXES)
-
-
-def materialized_inputs_path(rows_path: Path) -> Path:
-    """The materialized inputs beside the run whose rows are `rows_path` (`<stem>.jsonl` or
-    `<stem>_failures.jsonl`): `<stem>_materialized_inputs.jsonl`, whether or not it exists."""
-    stem = rows_path.stem
-    if stem.endswith("_failures") and len(stem) > len("_failures"):
-        stem = stem[: -len("_failures")]
-    return rows_path.with_name(f"{stem}{INVENTORY_SUFFIX}.jsonl")
-
-
-def inventory_paths(rows_paths: Iterable[Path]) -> list[Path]:
-    """The materialized inputs that exist beside `rows_paths`, each once, sorted."""
-    return sorted({found for path in rows_paths if (found := materialized_inputs_path(path)).is_file()})
-
-
-@dataclass
-class Inventory:
-    """The rollouts a run's materialized inputs owe, as `(task_index, rollout_index)` keys."""
-
-    paths: list[Path]
-    keys: set[tuple[int, int]] = field(default_factory=set)
-    lines: int = 0
-    """Non-blank lines, as NeMo Gym counts the rollouts expected (one a line)."""
-    invalid_lines: int = 0
-    """Lines that are not a JSON object naming two integer indices: no rollout this reader can match."""
-
-
-def read_inventory(paths: Iterable[Path]) -> Inventory:
-    """The rollouts the materialized inputs `paths` owe. Each line is one rollout, keyed by its
-    `_ng_task_index` and `_ng_rollout_index`; a line without both is counted in `invalid_lines` and
-    never raises. Files of several runs are read into one set (each run numbers its tasks from 0, as
-    the row readers do)."""
-    inventory = Inventory(paths=list(paths))
-    for path in inventory.paths:
-        try:
-            handle = path.open("rb")
-        except OSError:
-            _LOGGER.warning("%s: cannot be read; its rollouts are not counted", path)
-            continue
-        with handle:
-            for line in handle:
-                if not line.strip():
-                    continue
-                inventory.lines += 1
-                key = _inventory_key(line)
-                if key is None:
-                    inventory.invalid_lines += 1
-                else:
-                    inventory.keys.add(key)
-    return inventory
-
-
-def _inventory_key(line: bytes) -> tuple[int, int] | None:
-    try:
-        row = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(row, dict):
-        return None
-    task, rollout = _int(row.get(TASK_INDEX)), _int(row.get(ROLLOUT_INDEX))
-    return None if task is None or rollout is None else (task, rollout)
 
 
 def is_not_persisted(row: Mapping[str, Any]) -> bool:
@@ -493,156 +367,3 @@ def degraded_kind(row: Mapping[str, Any]) -> str | None:
     """The kind a degraded result (`degraded`: a `failure_kind` named, `mask_sample` false) names."""
     kind = row.get("failure_kind")
     return kind if row.get("degraded") is True and isinstance(kind, str) else None
-
-
-# gym-failures' error body (`gym_failures.asgi.error_body`): ASCII JSON, so a field is found by its
-# key; a value cut off by NeMo Gym's bound is read as far as it goes. The kind's pattern is the
-# summary's too (`gym_failures.reporting.summary`), so both read one body alike.
-BODY_START_REGEX: Final = r"^[\t\n\f\r ]*\{"
-BODY_KIND_REGEX: Final = r'"failure_kind"[\t\n\f\r ]*:[\t\n\f\r ]*"([a-z][a-z0-9_]*(:[a-z][a-z0-9_]*)?)"'
-_BODY_START = re.compile(BODY_START_REGEX)
-_BODY_KIND = re.compile(BODY_KIND_REGEX)
-_BODY_EVENT_ID = re.compile(r'"event_id"\s*:\s*"([A-Za-z0-9_.:-]{1,128})"')
-_BODY_BOUNDARY = re.compile(r'"boundary"\s*:\s*"([a-z_]{1,32})"')
-_BODY_REASON = re.compile(r'"failure_reason"\s*:\s*"((?:[^"\\]|\\.)*)(")?')
-# A cut in the middle of an escape: a partial `\uXXXX`, or the first half of a surrogate pair.
-_CUT_ESCAPE = re.compile(r"(\\u[dD][89abAB][0-9a-fA-F]{2}|\\u[0-9a-fA-F]{0,3})$")
-_MAX_KIND_CHARS = 128
-
-
-def reported_failure(body: object) -> dict[str, Any] | None:
-    """The failure a failed reply's kept body names, when the body is gym-failures' error body (it
-    names a `failure_kind`); None for any other body, or none.
-
-    The answer holds `failure_kind`, and `event_id`, `boundary` and `failure_reason` where the body
-    still holds them, and `truncated` (the body was cut: the reason, if any, is its part before the
-    cut). The reason is redacted (`gym_failures.redaction.redact`) and bounded to 2000 characters; the
-    body is only read, never trusted, and nothing in it makes this raise.
-    """
-    if not isinstance(body, str):
-        return None
-    text = body[: MAX_BODY_CHARS + 1]
-    if _BODY_START.match(text) is None:
-        return None
-    kind = _BODY_KIND.search(text)
-    if kind is None or len(kind.group(1)) > _MAX_KIND_CHARS:
-        return None
-    truncated = text.endswith("…") or not text.rstrip().endswith("}")
-    found: dict[str, Any] = {"failure_kind": kind.group(1), "truncated": truncated}
-    for name, pattern in (("event_id", _BODY_EVENT_ID), ("boundary", _BODY_BOUNDARY)):
-        match = pattern.search(text)
-        if match is not None:
-            found[name] = match.group(1)
-    reason = _BODY_REASON.search(text)
-    if reason is not None:
-        literal = reason.group(1)
-        if reason.group(2) is None:  # cut inside the reason
-            literal = _CUT_ESCAPE.sub("", literal.removesuffix("…"))
-        decoded = _json_string(literal)
-        if decoded is not None:
-            # Imported here: the row readers need neither for a row without a body.
-            from gym_failures.failures import bounded_text
-            from gym_failures.redaction import redact
-
-            cut = "…" if reason.group(2) is None else ""
-            found["failure_reason"] = bounded_text(redact(decoded) + cut)
-    return found
-
-
-def _json_string(literal: str) -> str | None:
-    try:
-        value = json.loads(f'"{literal}"')
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, str) else None
-
-
-def success_keys(
-    rollout_id_index: tuple[int, int], attempt: int, agent_name: str | None = None
-) -> dict[str, Any]:
-    """The NeMo Gym keys of a row of `(task_index, rollout_index)`'s attempt `attempt` (1-based), and
-    `agent_ref` naming `agent_name` when given (what NeMo Gym's aggregation groups rows by)."""
-    task_index, rollout_index = rollout_id_index
-    keys: dict[str, Any] = {TASK_INDEX: task_index, ROLLOUT_INDEX: rollout_index}
-    if attempt > 1:
-        keys[ATTEMPT_INDEX] = attempt - 1
-    if agent_name is not None:
-        keys[AGENT_REF] = {"name": agent_name}
-    return keys
-
-
-ROW_OWN_KEYS: frozenset[str] = CONTRACT_KEYS | {
-    "rollout_id",
-    AGENT_REF,
-    "reward",
-    "response",
-    "mask_sample",
-    "failure_kind",
-    "failure_reason",
-    "agent_name",
-}
-"""Keys a success row has of its own (or NeMo Gym's aggregation uses itself: `agent_name`, its group
-column, `nemo_gym/reward_profile.py:412`): a result's key of that name is never copied to the top."""
-
-
-def result_metrics(result: Mapping[str, Any]) -> dict[str, Any]:
-    """The result's own metrics, copied to the top level of its success row where NeMo Gym's
-    aggregation reads them (see the module docstring): each key whose value is a finite number or a
-    boolean, not starting with `_` and not one of `ROW_OWN_KEYS`."""
-    return {
-        key: value
-        for key, value in result.items()
-        if isinstance(key, str)
-        and not key.startswith("_")
-        and key not in ROW_OWN_KEYS
-        and (isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)))
-    }
-
-
-RUN_FAILED_CLASSES: Final = ("agent_run_error", "agent_request_failed")
-"""The classes NeMo Gym 0.7.0's collector writes for a `/run` that came back without a result
-(`_agent_request_failure_row`, nemo_gym/rollout_collection.py:1624): `agent_run_error` when the agent
-answered a status that says the rollout ran and broke, `agent_request_failed` for a gateway status
-(429, 502, 503, 504) or no reply at all."""
-
-_SERVER_DID_NOT_RUN: Final = frozenset({429, 502, 503, 504})
-
-
-def run_failed_class(http_status: int | None) -> str:
-    """The class NeMo Gym writes for a failed `/run` answered `http_status` (None: no reply)."""
-    ran = http_status is not None and http_status not in _SERVER_DID_NOT_RUN
-    return RUN_FAILED_CLASSES[0] if ran else RUN_FAILED_CLASSES[1]
-
-
-def failure_keys(
-    failure: Mapping[str, Any],
-    *,
-    exception_type: str | None,
-    http_status: int | None,
-    response_body: str | None,
-    run_failed: bool = False,
-) -> dict[str, Any]:
-    """The NeMo Gym keys that describe a failed attempt (`failure` is the `EpisodeFailure` as JSON).
-
-    `run_failed`: the `/run` came back without a result (a failed status, or no reply): its class is
-    the one NeMo Gym writes for it (`run_failed_class`), so that NeMo Gym's
-    `count_failure_classes_as_zero` counts it as it counts its own; the finer kind stays in the row's
-    `failure`. Otherwise (an episode failure the agent answered) the class is the failure's kind, as a
-    NeMo Gym agent writes its own class."""
-    keys: dict[str, Any] = {FAILURE_TERMINAL: failure.get("terminal") is True}
-    kind = failure.get("failure_kind")
-    if run_failed:
-        keys[FAILURE_CLASS] = run_failed_class(http_status)
-    elif isinstance(kind, str):
-        keys[FAILURE_CLASS] = kind
-    keys[FAILURE_MESSAGE] = failure.get("failure_reason", "")
-    stage = failure.get("stage")
-    if isinstance(stage, str):
-        keys[FAILURE_STAGE] = stage
-    if exception_type is not None:
-        keys[FAILURE_TYPE] = exception_type
-    if http_status is not None:
-        keys[FAILURE_HTTP_STATUS] = http_status
-    if response_body:
-        keys[FAILURE_RESPONSE_BODY] = response_body
-    return keys

@@ -1,8 +1,10 @@
 """An agent server that fails in planned ways, chosen by each task's `mode`, for collection tests.
 
 A task's `sleep` delays its reply by that many seconds; its `until` holds the reply until the file it
-names exists (a gate the test opens: no test waits on a race against a sleep). A `fail_as` task fails
-every attempt with its `kind` at its `boundary` until the file its `fixed` names exists, then succeeds.
+names exists (a gate the test opens: no test waits on a race against a sleep); its `arrived` names a
+directory where each attempt leaves a file as it arrives (`Held`, tests/on_ray/saved.py). A `fail_as`
+task fails every attempt with its `kind` at its `boundary` until the file its `fixed` names exists,
+then succeeds.
 
 Run with `python -m tests.collection.agent_app PORT [LISTEN_AFTER_S]`.
 """
@@ -44,6 +46,11 @@ async def run(request: Request) -> Response:
     task: dict[str, Any] = body["task"]
     attempt: int = body["attempt"]
     mode = task["mode"]
+    if "arrived" in task:
+        # A register of the attempts that reached the agent: a file named for the rollout and attempt,
+        # made as the request arrives, in the directory the task names. A test counts them to know
+        # that the attempts a gate holds are running (each worker runs at most its concurrency).
+        Path(task["arrived"], f"{body['rollout_id']}.{attempt}").touch()
     await asyncio.sleep(float(task.get("sleep", 0)))
     if "until" in task:
         # A gate: the reply waits until the test creates the file the task names, so "still running

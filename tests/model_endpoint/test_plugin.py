@@ -7,9 +7,17 @@ import json
 import tomllib
 from pathlib import Path
 
+import httpx2
+import openai
 import pytest
 
 from tests.conftest import ROOT
+
+# Loaded here, in this process, before pytester's in-process runs: a run forgets the modules it
+# imported (its `sys.modules` snapshot), and `observe_attempts` caches its stream classes over httpx2's
+# (`client._sdk._stream_type`), so a second run's fresh httpx2 would not recognise the first one's. A
+# whole-suite run imports them at collection; this file alone did not, and failed in file order.
+PRELOADED = (httpx2, openai)
 
 pytest_plugins = ["pytester"]
 
@@ -87,7 +95,8 @@ def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 def test_the_plugin_is_a_pytest11_entry_point_in_the_pytest_extra() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
-    assert project["entry-points"]["pytest11"] == {PLUGIN: PLUGIN}
+    proxy = "gym_failures.proxy.pytest_plugin"
+    assert project["entry-points"]["pytest11"] == {PLUGIN: PLUGIN, proxy: proxy}
     extra = " ".join(project["optional-dependencies"]["pytest"])
     assert "pytest" in extra
     assert "uvicorn" in extra

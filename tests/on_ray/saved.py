@@ -1,10 +1,15 @@
-"""What a Ray test reads back from a run's files: its rows, their plan, and the run's wholeness; and
-the config of a run of its own tasks (`config_of`)."""
+"""What a Ray test reads back from a run's files: its rows, their plan, and the run's wholeness; the
+config of a run of its own tasks (`config_of`); and attempts held at the agent until the test lets
+them go (`Held`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +65,59 @@ def assert_whole(config: CollectionConfig, rollouts: int) -> list[dict[str, Any]
         attempts.setdefault(rollout, []).append(attempt)
     assert all(sorted(numbers) == list(range(1, len(numbers) + 1)) for numbers in attempts.values())
     return rows
+
+
+class Held:
+    """Attempts the agent holds until the test lets them go (`release`), each leaving a file as it
+    reaches the agent (`until` and `arrived`, tests/collection/agent_app.py).
+
+    A worker runs at most its concurrency's attempts at once (its slots, and its client's connection
+    limit). So once `workers * concurrency` held attempts have arrived (`running`), every worker runs
+    that many held attempts: whichever worker the test then kills or freezes dies with attempts in
+    hand, however fast or slow the machine and whichever worker came up first. It takes at least
+    `concurrency * (workers + 1)` held tasks: the first worker up may take twice its concurrency
+    (those it runs, and as many waiting in it)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.gate = directory / "gate"
+        self.arrivals = directory / "arrived"
+        self.arrivals.mkdir(parents=True)
+
+    def task(self, **task: Any) -> dict[str, Any]:
+        """A task (`mode`, `sleep`, ...) whose reply waits for `release`."""
+        return {**task, "until": str(self.gate), "arrived": str(self.arrivals)}
+
+    def arrived(self) -> int:
+        """How many held attempts have reached the agent."""
+        return len(os.listdir(self.arrivals))
+
+    async def running(self, count: int) -> None:
+        """Return once `count` held attempts have reached the agent."""
+        await until(lambda: self.arrived() >= count, f"{count} held attempts reach the agent")
+
+    def release(self) -> None:
+        """Let every held attempt (and any to come) answer: once the worker killed is gone (`gone`),
+        or it might still answer some before it dies (`ray.kill` returns before it is dead)."""
+        self.gate.touch()
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Return once `condition()` holds, polled every 10 ms (a hang guard: 60 s)."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, f"not within 60 s: {what}"
+        await asyncio.sleep(0.01)
+
+
+async def pid_of(worker: Any) -> int:
+    """The process id of a Ray worker that is up (`_AttemptWorker.state`)."""
+    state: dict[str, Any] = await worker.state.remote()
+    return int(state["pid"])
+
+
+def gone(pid: int) -> bool:
+    """Whether process `pid` has ended (a zombie not yet reaped counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True

@@ -18,9 +18,10 @@ from gym_failures.collection._attempt_row import AttemptRow
 from gym_failures.collection._dispatcher import AttemptDispatcher
 from gym_failures.collection._resume import PendingRollout
 from gym_failures.ray import RayCollector, collect_on_ray
-from gym_failures.ray._collect import _AttemptWorker, _batch_size, _EncodedRow
+from gym_failures.ray._pool import _AttemptWorker
+from gym_failures.ray._worker_run import EncodedRow, _batch_size
 from gym_failures.redaction import REDACTED, forget_registered_secrets, register_secret
-from tests.on_ray.saved import assert_whole, config_of
+from tests.on_ray.saved import Held, assert_whole, config_of, gone, pid_of, until
 
 pytestmark = pytest.mark.usefixtures("ray_address")
 
@@ -87,7 +88,7 @@ def test_a_row_encoded_before_a_secret_was_registered_is_redacted_by_the_driver(
         "rollout_index": 0,
         "result": {"reward": 1.0, "note": secret},
     }
-    encoded = _EncodedRow.of(AttemptRow(row, succeeded=True, final=True), [])
+    encoded = EncodedRow.of(AttemptRow(row, succeeded=True, final=True), [])
     assert secret.encode() in encoded.line
     assert "result" not in encoded.row
     collector = RayCollector(config, workers=1)
@@ -158,8 +159,8 @@ async def test_exchanges_return_every_row_in_the_order_the_attempts_finished(tmp
         _, more = await asyncio.wait_for(worker.exchange("run", config, "id", [], True), 30)
         done.extend(more)
     assert [ticket for ticket, _ in done] == [4, 1, 5, 0, 2, 3]
-    assert all(isinstance(row, _EncodedRow) for _, row in done), "encode=True: success rows as lines"
-    lines = [row.line for _, row in done if isinstance(row, _EncodedRow)]
+    assert all(isinstance(row, EncodedRow) for _, row in done), "encode=True: success rows as lines"
+    lines = [row.line for _, row in done if isinstance(row, EncodedRow)]
     assert [json.loads(line)["task_index"] for line in lines] == [4, 1, 5, 0, 2, 3]
     # Nothing held: the next exchange answers at once, with nothing.
     assert await worker.exchange("run", config, "id", [], True) == (token, [])
@@ -187,7 +188,7 @@ async def test_an_exchange_with_one_row_does_not_wait_for_attempts_that_go_on(tm
     gates[2].set()
     _, done = await asyncio.wait_for(worker.exchange("run", config, "id", _work([0, 1, 2, 3]), False), 30)
     assert [ticket for ticket, _ in done] == [2]
-    assert not isinstance(done[0][1], _EncodedRow), "encode=False: the row whole"
+    assert not isinstance(done[0][1], EncodedRow), "encode=False: the row whole"
     for index in (3, 0, 1):
         gates[index].set()
     later: list[int] = []
@@ -201,20 +202,23 @@ async def test_an_exchange_with_one_row_does_not_wait_for_attempts_that_go_on(tm
 async def test_batched_rows_keep_every_row_in_attempt_order_across_a_worker_killed_mid_run(
     tmp_path: Path, agent_url: str
 ) -> None:
-    # The rollouts after the first sixteen hold their replies until the worker was killed, so it dies
-    # with attempts in hand however fast the run goes (`"until"`, tests/collection/agent_app.py).
-    gate = tmp_path / "gate"
-    tasks = [{"mode": "ok", "sleep": 0.2, **({"until": str(gate)} if i >= 16 else {})} for i in range(40)]
+    # The rollouts after the first sixteen hold their replies until the killed worker is gone. The
+    # others' rows come back in batches first; the kill comes once sixteen held attempts run, eight in
+    # each worker (`Held`): the worker killed dies with attempts in hand however fast the run goes, and
+    # whichever worker came up first (a worker killed before it was up would take no part in the run).
+    held = Held(tmp_path / "held")
+    tasks = [held.task(mode="ok", sleep=0.2) if i >= 16 else {"mode": "ok", "sleep": 0.2} for i in range(40)]
     config = config_of(tmp_path, agent_url, tasks, concurrency=8)
     collector = RayCollector(config, workers=2)
 
     async def kill_a_worker() -> None:
         try:
-            while collector.progress.attempts < 8:
-                await asyncio.sleep(0.01)
+            await held.running(2 * 8)
+            pid = await pid_of(collector.workers[0])
             ray.kill(collector.workers[0], no_restart=False)
+            await until(lambda: gone(pid), "the killed worker's process ends")
         finally:
-            gate.touch()
+            held.release()
 
     killer = asyncio.create_task(kill_a_worker())
     summary = await collector.run()

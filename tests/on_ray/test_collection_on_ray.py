@@ -23,7 +23,7 @@ from gym_failures.collection._schedule import Retry
 from gym_failures.failures import CollectionFailure
 from gym_failures.ray import RayCollector, collect_on_ray
 from tests.collection.test_recovery import TestClock
-from tests.on_ray.saved import assert_whole, plan_of, rows_of
+from tests.on_ray.saved import Held, assert_whole, gone, pid_of, plan_of, rows_of, until
 
 pytestmark = pytest.mark.usefixtures("ray_address")
 
@@ -127,15 +127,23 @@ def _without_paths(document: Any) -> Any:
 
 
 async def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path, agent_url: str) -> None:
-    tasks = [{"mode": "ok", "sleep": 0.3} for _ in range(24)]
+    # The rollouts after the first eight hold their replies until the killed worker is gone; the kill
+    # comes once each worker runs four of them (`Held`): the worker killed dies with attempts in hand,
+    # however fast the run goes and whichever worker came up first.
+    held = Held(tmp_path / "held")
+    tasks = [held.task(mode="ok", sleep=0.3) if i >= 8 else {"mode": "ok", "sleep": 0.3} for i in range(24)]
     config = _config(tmp_path / "out", agent_url, tasks)
     collector = RayCollector(config, workers=2)
 
     async def kill_a_worker() -> None:
-        while collector.progress.attempts < 4:
-            await asyncio.sleep(0.01)
-        # Ray restarts it (the collector asks for restarts); its attempts in flight are lost.
-        ray.kill(collector.workers[0], no_restart=False)
+        try:
+            await held.running(2 * 4)
+            pid = await pid_of(collector.workers[0])
+            # Ray restarts it (the collector asks for restarts); its attempts in flight are lost.
+            ray.kill(collector.workers[0], no_restart=False)
+            await until(lambda: gone(pid), "the killed worker's process ends")
+        finally:
+            held.release()
 
     killer = asyncio.create_task(kill_a_worker())
     summary = await collector.run()
@@ -154,23 +162,48 @@ async def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path, agent_url: 
 
 
 class _KillsBetweenExchanges(RayCollector):
-    """Kills its first worker (Ray restarts it) while saving a row: between two exchanges with it."""
+    """Kills its first worker (Ray restarts it) while saving the run's first row: between two
+    exchanges with the worker that sent it. Then it lets the held attempts answer."""
 
     killed = False
+    held: Held
+    pid = 0
+    """The first worker's process id, asked before the first row can come."""
 
     def record_attempt(self, outcome: AttemptRow, successes: RowWriter, failures: RowWriter) -> Retry | None:
-        if not self.killed and self.summary.attempts >= 4:
+        if not self.killed:
             self.killed = True
             ray.kill(self.workers[0], no_restart=False)
-            time.sleep(0.5)  # the next exchange then finds the worker dead or already restarted
+            # The next exchange then finds the worker dead or already restarted.
+            deadline = time.monotonic() + 60  # a hang guard
+            while not gone(self.pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.held.release()
         return super().record_attempt(outcome, successes, failures)
 
 
 async def test_a_worker_restarted_between_exchanges_loses_nothing(tmp_path: Path, agent_url: str) -> None:
-    tasks = [{"mode": "ok", "sleep": 0.3} for _ in range(24)]
+    # Every reply is held (`Held`). Once each worker runs four attempts, the first rollout's reply
+    # alone is let go: the run's first row comes while each worker holds three attempts or more that
+    # cannot have answered, so the worker killed had attempts in hand, whichever came up first.
+    held, first = Held(tmp_path / "held"), tmp_path / "first"
+    tasks = [held.task(mode="ok") for _ in range(24)]
+    tasks[0]["until"] = str(first)  # the first worker up runs it first (its slots are taken in order)
     config = _config(tmp_path / "out", agent_url, tasks)
     collector = _KillsBetweenExchanges(config, workers=2)
-    summary = await asyncio.wait_for(collector.run(), 60)
+    collector.held = held
+
+    async def let_the_first_go() -> None:
+        await held.running(2 * 4)
+        collector.pid = await pid_of(collector.workers[0])
+        first.touch()
+
+    try:
+        opener = asyncio.create_task(let_the_first_go())
+        summary = await asyncio.wait_for(collector.run(), 60)
+        await opener
+    finally:
+        held.release()
     assert collector.killed
     assert_whole(config, 24)
     assert summary.succeeded == 24
@@ -180,20 +213,22 @@ async def test_a_worker_restarted_between_exchanges_loses_nothing(tmp_path: Path
 async def test_a_worker_gone_for_good_hands_its_rollouts_to_the_others(
     tmp_path: Path, agent_url: str
 ) -> None:
-    # The rollouts after the first eight hold their replies until the worker is gone, so it dies with
-    # attempts in hand however fast the run goes (`"until"`, tests/collection/agent_app.py).
-    gate = tmp_path / "gate"
-    tasks = [{"mode": "ok", "sleep": 0.2, **({"until": str(gate)} if i >= 8 else {})} for i in range(24)]
+    # The rollouts after the first eight hold their replies until the worker is gone, which comes
+    # once each worker runs four of them (`Held`): it dies with attempts in hand however fast the run
+    # goes, and whichever worker came up first.
+    held = Held(tmp_path / "held")
+    tasks = [held.task(mode="ok", sleep=0.2) if i >= 8 else {"mode": "ok", "sleep": 0.2} for i in range(24)]
     config = _config(tmp_path / "out", agent_url, tasks)
     collector = RayCollector(config, workers=2)
 
     async def end_a_worker() -> None:
         try:
-            while collector.progress.attempts < 4:
-                await asyncio.sleep(0.01)
+            await held.running(2 * 4)
+            pid = await pid_of(collector.workers[0])
             ray.kill(collector.workers[0], no_restart=True)
+            await until(lambda: gone(pid), "the killed worker's process ends")
         finally:
-            gate.touch()
+            held.release()
 
     killer = asyncio.create_task(end_a_worker())
     summary = await collector.run()
@@ -206,20 +241,25 @@ async def test_a_worker_gone_for_good_hands_its_rollouts_to_the_others(
 async def test_every_worker_gone_ends_the_run_and_a_resume_finishes_it(
     tmp_path: Path, agent_url: str
 ) -> None:
-    tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(24)]
+    # The rollouts after the first eight hold their replies until the run has ended: it cannot end
+    # before the workers are gone (`Held`).
+    held = Held(tmp_path / "held")
+    tasks = [held.task(mode="ok", sleep=0.2) if i >= 8 else {"mode": "ok", "sleep": 0.2} for i in range(24)]
     config = _config(tmp_path / "out", agent_url, tasks, max_attempts=5)
     collector = RayCollector(config, workers=2)
 
     async def end_every_worker() -> None:
-        while collector.progress.attempts < 4:
-            await asyncio.sleep(0.01)
+        await held.running(2 * 4)
         for worker in collector.workers:
             ray.kill(worker, no_restart=True)
 
     killer = asyncio.create_task(end_every_worker())
-    with pytest.raises(CollectionFailure, match="every Ray worker was lost") as ended:
-        await collector.run()
-    await killer
+    try:
+        with pytest.raises(CollectionFailure, match="every Ray worker was lost") as ended:
+            await collector.run()
+        await killer
+    finally:
+        held.release()
     assert ended.value.failure_kind == "collection_dispatch_failed"
     before = rows_of(config)
     assert len(before) < 24 + 2 * 5, "the run ended early"
@@ -240,14 +280,18 @@ async def test_workers_ray_cannot_place_end_the_run_with_a_clear_failure(
     The third is impossible by construction (no CPU is left for it), not by a deadline."""
     from gym_failures.ray import _collect
 
+    # The rollouts after the first eight hold their replies until the window closes: the run cannot
+    # be done by then, however fast it goes (`Held`); the attempts in flight then answer.
+    held = Held(tmp_path / "held")
+
     async def window(self: RayCollector, up: list[asyncio.Future[Any]]) -> set[asyncio.Future[Any]]:
         while sum(started.done() for started in up) < 2 or self.progress.attempts < 1:
             await asyncio.sleep(0.01)
+        held.release()
         return {started for started in up if not started.done()}
 
     monkeypatch.setattr(_collect.RayCollector, "_start_window", window)
-    # 56 x 0.4 s at 8 in flight is at least 2.8 s of work: the window closes long before it is done.
-    tasks = [{"mode": "ok", "sleep": 0.4} for _ in range(56)]
+    tasks = [held.task(mode="ok", sleep=0.4) if i >= 8 else {"mode": "ok", "sleep": 0.4} for i in range(56)]
     config = _config(tmp_path / "long" / "out", agent_url, tasks, timeout_s=60)
     with pytest.raises(CollectionFailure, match=r"1 of 3 Ray workers did not start within 60 s") as ended:
         await collect_on_ray(config, workers=3)

@@ -20,8 +20,8 @@ import ray
 
 from gym_failures.collection import collect
 from gym_failures.ray import RayCollector, RayWorkers, collect_on_ray
-from gym_failures.ray._collect import _JOIN_PROBE_S, RayJoinError, _init_ray, _unreachable
-from tests.on_ray.saved import assert_whole, config_of, plan_of, rows_of
+from gym_failures.ray._pool import _JOIN_PROBE_S, RayJoinError, _init_ray, _unreachable
+from tests.on_ray.saved import Held, assert_whole, config_of, gone, plan_of, rows_of, until
 
 pytestmark = pytest.mark.usefixtures("ray_address")
 
@@ -110,16 +110,21 @@ async def test_the_pool_ends_its_workers_however_its_block_ends(ending: str) -> 
 async def test_a_run_cancelled_on_a_pool_leaves_it_usable_and_the_resume_loses_nothing(
     tmp_path: Path, agent_url: str
 ) -> None:
-    tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(40)]
+    # The rollouts after the first sixteen hold their replies until the run was cancelled: it is
+    # cancelled mid-run by construction (`Held`).
+    held = Held(tmp_path / "held")
+    tasks = [held.task(mode="ok", sleep=0.2) if i >= 16 else {"mode": "ok", "sleep": 0.2} for i in range(40)]
     config = config_of(tmp_path / "run", agent_url, tasks)
     async with RayWorkers(workers=2) as pool:
         collector = RayCollector(config, workers=pool)
         run = asyncio.create_task(collector.run())
-        while collector.progress.attempts < 6:
-            await asyncio.sleep(0.01)
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await run
+        try:
+            await until(lambda: collector.progress.attempts >= 6, "six rows")
+            run.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+        finally:
+            held.release()
         before = rows_of(config)
         assert 6 <= len(before) < 40, "the cancel landed mid-run"
         summary = await asyncio.wait_for(collect_on_ray(config, workers=pool), 60)
@@ -150,15 +155,21 @@ async def test_a_worker_killed_between_runs_is_back_for_the_next_run(tmp_path: P
 async def test_a_worker_killed_mid_run_on_a_pool_loses_nothing_and_stays_in_the_pool(
     tmp_path: Path, agent_url: str
 ) -> None:
-    tasks = [{"mode": "ok", "sleep": 0.2} for _ in range(24)]
+    # The rollouts after the first eight hold their replies until the killed worker is gone; the kill
+    # comes once each worker runs four of them (`Held`): it dies with attempts in hand.
+    held = Held(tmp_path / "held")
+    tasks = [held.task(mode="ok", sleep=0.2) if i >= 8 else {"mode": "ok", "sleep": 0.2} for i in range(24)]
     async with RayWorkers(workers=2) as pool:
         before = await _states(pool)
         config = config_of(tmp_path / "a", agent_url, tasks)
         collector = RayCollector(config, workers=pool)
         run = asyncio.create_task(collector.run())
-        while collector.progress.attempts < 4:
-            await asyncio.sleep(0.01)
-        ray.kill(pool.handles[0], no_restart=False)
+        try:
+            await held.running(2 * 4)
+            ray.kill(pool.handles[0], no_restart=False)
+            await until(lambda: gone(before[0]["pid"]), "the killed worker's process ends")
+        finally:
+            held.release()
         summary = await asyncio.wait_for(run, 60)
         assert summary.succeeded == 24
         lost = [row for row in assert_whole(config, 24) if "failure" in row]
@@ -198,13 +209,18 @@ async def _restarted(worker: Any, pid: int) -> bool:
 
 
 async def test_two_runs_at_once_on_one_pool_are_refused(tmp_path: Path, agent_url: str) -> None:
-    first = config_of(tmp_path / "a", agent_url, [{"mode": "ok", "sleep": 0.3} for _ in range(4)])
+    # The first run's replies are held until the second was refused: it is still running (`Held`).
+    held = Held(tmp_path / "held")
+    first = config_of(tmp_path / "a", agent_url, [held.task(mode="ok") for _ in range(4)])
     second = config_of(tmp_path / "b", agent_url, [{"mode": "ok"}])
     async with RayWorkers(workers=1) as pool:
         running = asyncio.create_task(collect_on_ray(first, workers=pool))
-        await asyncio.sleep(0.05)
-        with pytest.raises(RuntimeError, match="running another collection"):
-            await collect_on_ray(second, workers=pool)
+        try:
+            await held.running(1)
+            with pytest.raises(RuntimeError, match="running another collection"):
+                await collect_on_ray(second, workers=pool)
+        finally:
+            held.release()
         assert (await running).succeeded == 4, "the first run went on"
         assert not second.output_path.exists(), "the refused run touched nothing"
         assert (await collect_on_ray(second, workers=pool)).succeeded == 1, "after it, the next run goes"
@@ -294,13 +310,19 @@ async def test_a_frozen_worker_is_lost_after_the_attempt_timeout_and_the_other_f
     # The exchange deadline (timeout + grace) must end the frozen worker's exchange, which cannot
     # answer, and never the live worker's 0.1 s attempts: every lost row must be the frozen worker's.
     # 10 s is a hang guard for those (2 s left a loaded machine too little room).
-    config = config_of(tmp_path, agent_url, [{"mode": "ok", "sleep": 0.1}] * 40, timeout_s=10)
+    # The rollouts after the first eight hold their replies until the worker is frozen, which comes once
+    # each worker runs four of them (`Held`): it freezes with attempts in hand.
+    held = Held(tmp_path / "held")
+    tasks = [held.task(mode="ok", sleep=0.1) if i >= 8 else {"mode": "ok", "sleep": 0.1} for i in range(40)]
+    config = config_of(tmp_path, agent_url, tasks, timeout_s=10)
     async with RayWorkers(workers=2) as pool:
         frozen = (await _states(pool))[0]["pid"]
         collecting = asyncio.create_task(RayCollector(config, workers=pool).run())
-        while len(rows_of(config)) < 6:
-            await asyncio.sleep(0.02)
-        os.kill(frozen, signal.SIGSTOP)
+        try:
+            await held.running(2 * 4)
+            os.kill(frozen, signal.SIGSTOP)
+        finally:
+            held.release()
         try:
             summary = await asyncio.wait_for(collecting, 60)
         finally:

@@ -15,7 +15,10 @@ looks Ray up only when Ray is loaded (no Ray error can exist before), and the co
 when it starts.
 
 Modules: `_failures` (`gym_failure_of`: Ray's errors as Gym failures), `_collect` (`RayCollector`,
-`RayWorkers`, `collect_on_ray`: collection over Ray workers, which reads Ray's errors through `_failures`).
+`collect_on_ray`: the driver of collection over Ray workers, which reads Ray's errors through
+`_failures`; it re-exports `RayWorkers` and `RayJoinError`), `_pool` (`RayWorkers`, `RayJoinError`:
+joining Ray, the pool of worker actors and each actor's body), `_worker_run` (one run's attempts inside
+a worker: its slots, rows sent back in batches, success rows encoded as the driver's line).
 
 Decisions:
 - Ray's own failures become a `CollectionFailure` (the caller of `ray.get` observed them) raised from
