@@ -17,6 +17,7 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
     _sdk_details.py                 sdk_error_details: what an adapter keeps of a foreign error
     _retry_hints.py                 how long one failure says to wait before a retry
     _http_status.py                 HTTP status classes: evidence, error, client or server error
+    _injected.py                    the marks of a failure injected on purpose (a test's fault)
     _request_log.py       OBSERVED  the per-request log (what a request saw besides its own failure)
     _request_context.py             the request being served, as a record sees it: the records scrub
                                     its credentials from their texts, whoever serializes them
@@ -37,12 +38,17 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
                                     request made, their attempts, tokens) and the row keys of it
     client/               READ      the caller: rebuild a reply's failure, map transport errors, retry
     _stream_reader.py     READ      the terminal SSE event of a relayed stream
+    _sse_lines.py                   what a stream's complete lines say: the open event, terminal or not
     failure_transport.py            the reference's transport names, re-exported from their homes
     rows.py               SAVED     the row contract: reading, writing, manifests
     row_keys.py                     where a row keeps our bookkeeping (never a key NeMo Gym measures)
     materialized.py                 a run's materialized inputs, in NeMo Gym's form
     collection/                     dispatch rollouts, save rows, attempt budgets, resume
     nemo_gym.py                     NeMo Gym's row keys and labels, read and written beside ours
+    _nemo_gym_keys.py               NeMo Gym's key names and labels, the row contract's key sets
+    _nemo_gym_run_files.py          a NeMo Gym run's other files: materialized inputs, reports
+    _nemo_gym_kept_body.py          the failure a kept `/run` reply body names (reported_failure)
+    _nemo_gym_writing.py            the NeMo Gym keys of the rows we write (success, failure keys)
     nemo_gym_server.py              instrument(): a NeMo Gym server speaking gym-failures, unchanged
     _nemo_gym_outbound.py           its outbound calls observed: each hop's event, transport kinds
     _body_report.py                 the report in a failure reply's body, for NeMo Gym's collector
@@ -57,6 +63,7 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
     cli/                            the `gym-failures` command line (commands apart from rendering)
     telemetry/                      OpenTelemetry counters, span attributes and /metrics
     model_endpoint/                 an OpenAI- and Anthropic-compatible endpoint that fails on request
+    proxy/                          a chaos proxy for any hop: Toxiproxy's toxics, HTTP and MCP faults
     demo/                           a local gym with injected faults (`make demo`)
     _loop.py                        the event loop a command runs on: uvloop's when installed
 

@@ -1,8 +1,9 @@
 """The demo gym end to end: real servers, real faults, and the rows the collector saved about them.
 
 One reduced run (40 rollouts, a plan with high rates, a fixed seed) is shared by the checks of what it
-wrote. The faults each server injected (`injected_faults.jsonl`) are the ground truth; the rows must
-show every one of them under the right kind, boundary, stage and class, and nothing else. It runs in
+wrote. The faults each server injected (`injected_faults.jsonl`), the chaos proxy in front of the
+resources server included, are the ground truth; the rows must show every one of them under the right
+kind, boundary, stage and class, and nothing else. It runs in
 a hostile environment: proxy variables that point at a dead port and API keys the scripted demo must
 not hand to any server.
 """
@@ -31,8 +32,17 @@ from pydantic import ValidationError
 from starlette.exceptions import StarletteDeprecationWarning
 from starlette.types import ASGIApp
 
+from gym_failures import gate as acceptance
 from gym_failures.collection import read_rows
-from gym_failures.demo import FaultPlan, agent_server, launcher, load_fault_plan, model_server, run_demo
+from gym_failures.demo import (
+    FaultPlan,
+    agent_server,
+    launcher,
+    load_fault_plan,
+    model_server,
+    proxy_server,
+    run_demo,
+)
 from gym_failures.demo import resources_server as resources_server_module
 from gym_failures.demo.__main__ import main as demo_main
 from gym_failures.demo._plan import draw
@@ -50,6 +60,7 @@ from gym_failures.failure_kinds import (
     PROVIDER_OOM_KILLED,
     PROVIDER_QUOTA_EXHAUSTED,
     PROVIDER_REQUEST_FAILED,
+    PROVIDER_UNAVAILABLE,
     TRANSPORT_PEER_DROP,
     TRUNCATED_ANSWER,
     VERIFIER_ERROR,
@@ -59,6 +70,8 @@ from gym_failures.failure_kinds import (
 )
 from gym_failures.failure_records import FailureBoundary
 from gym_failures.failure_transport import FailureHeader
+from gym_failures.proxy import INJECTED_TYPE
+from gym_failures.reporting.summary import summarize
 from gym_failures.telemetry import CollectionProgress
 
 with warnings.catch_warnings():
@@ -99,6 +112,7 @@ HIGH_RATE_PLAN: dict[str, Any] = {
     },
     "sandbox": {"oom": 0.2, "timeout": 0.12},
     "resources_server": {"verifier_exception": 0.1, "judge_unparseable": 0.2},
+    "proxy": {"unavailable": 0.25, "outage": 0.1},
     "limits": {
         "policy_timeout_s": 10.0,
         "slow_response_s": 12.0,
@@ -115,10 +129,12 @@ M = FailureClass.MODEL
 class Expected:
     kind: str
     boundary: str
-    stage: str
+    stage: str | None
     failure_class: FailureClass
     ends_attempt: bool
     """Whether the fault always ends its attempt (else a retry usually recovers from it)."""
+    failure_stage: str | None = None
+    """The stage of the attempt's failure when the fault ends it, if not the injected event's."""
 
 
 EXPECTED: dict[str, Expected] = {
@@ -134,6 +150,12 @@ EXPECTED: dict[str, Expected] = {
     ),
     "resources_server.judge_unparseable": Expected(
         JUDGE_UNPARSEABLE, "resources_server", "verification", E, ends_attempt=True
+    ),
+    # The proxy's 503 names no stage (the proxy cannot know it); the agent's failure when it gives up
+    # on /verify does, with the proxy's event as its cause.
+    "proxy.unavailable": Expected(PROVIDER_UNAVAILABLE, "resources_server", None, E, ends_attempt=False),
+    "proxy.outage": Expected(
+        PROVIDER_UNAVAILABLE, "resources_server", None, E, ends_attempt=True, failure_stage="verification"
     ),
 }
 JUDGE_FAILURE_CAUSES = {MODEL_SERVER_ERROR, PROVIDER_QUOTA_EXHAUSTED, TRANSPORT_PEER_DROP}
@@ -243,6 +265,7 @@ def test_run_directory_holds_every_file(demo_run: Run) -> None:
         "model.log",
         "resources.log",
         "agent.log",
+        "proxy.log",
         "servers.json",
         "demo.json",
     } <= names
@@ -312,7 +335,7 @@ def test_each_injected_fault_is_saved_under_its_kind_boundary_stage_and_class(
             )
         if expected.ends_attempt:
             assert row["failure"]["failure_kind"] == expected.kind
-            assert row["failure"]["stage"] == expected.stage
+            assert row["failure"]["stage"] == (expected.failure_stage or expected.stage)
             assert events[row["_ng_failure_id"]]["failure_kind"] == expected.kind
 
 
@@ -389,6 +412,77 @@ def test_a_failed_judge_call_keeps_its_cause_from_the_model_server(demo_run: Run
         assert classify_failure(failure["failure_kind"], failure["stage"]) is FailureClass.EVALUATION
 
 
+def _proxy_injections(run: Run, fault: str) -> list[dict[str, Any]]:
+    return [injection for injection in run.injected if injection["fault"] == fault]
+
+
+def test_the_proxys_503s_are_failures_of_the_resources_server_hop_that_name_the_proxy(demo_run: Run) -> None:
+    """proxy -> agent -> collector: the row holds the very event the proxy announced and wrote down."""
+    injections = [injection for injection in demo_run.injected if injection["server"] == "proxy"]
+    assert {injection["fault"] for injection in injections} == {"proxy.unavailable", "proxy.outage"}
+    for injection in injections:
+        assert (injection["route"], injection["status"]) == ("/verify", 503)
+        (row,) = demo_run.rows_of(injection["rollout_id"], injection["attempt"])
+        event = _events(row)[injection["event_id"]]
+        assert (event["boundary"], event["failure_kind"], event["http_status"]) == (
+            "resources_server",
+            PROVIDER_UNAVAILABLE,
+            503,
+        )
+        assert event["failure_reason"].startswith("[proxy] injected 503")
+        assert event["exception_type"] == INJECTED_TYPE
+
+
+def test_a_proxy_503_with_a_short_retry_after_is_retried_and_recovered_from(demo_run: Run) -> None:
+    recovered = 0
+    for injection in _proxy_injections(demo_run, "proxy.unavailable"):
+        assert injection["retry_after_s"] == proxy_server.UNAVAILABLE_RETRY_AFTER_S
+        (row,) = demo_run.rows_of(injection["rollout_id"], injection["attempt"])
+        if "failure" in row:
+            continue  # a later fault of the same attempt ended it
+        # Recovered, not tainted: the success names no failure of its own.
+        assert row.get("_ng_failure_id") is None
+        recovered += 1
+    assert recovered
+
+
+def test_a_proxy_503_past_the_agents_budget_fails_the_attempt_with_the_proxy_at_its_root(
+    demo_run: Run,
+) -> None:
+    outages = _proxy_injections(demo_run, "proxy.outage")
+    assert outages
+    for injection in outages:
+        assert injection["retry_after_s"] == proxy_server.OUTAGE_RETRY_AFTER_S
+        (row,) = demo_run.rows_of(injection["rollout_id"], injection["attempt"])
+        events = _events(row)
+        failure = events[row["_ng_failure_id"]]
+        assert (failure["boundary"], failure.get("stage")) == ("resources_server", "verification")
+        assert failure["failure_reason"].startswith("/verify was not tried again")
+        # The chain ends at the proxy's event.
+        assert failure["cause_id"] == injection["event_id"]
+        assert events[injection["event_id"]].get("cause_id") is None
+        # Not the policy's doing: the collector tries the rollout again.
+        assert row["failure"]["terminal"] is False
+        assert row["final"] or demo_run.rows_of(injection["rollout_id"], injection["attempt"] + 1)
+
+
+def test_the_summary_and_the_gate_count_the_proxys_failures_at_the_resources_server(demo_run: Run) -> None:
+    files = [demo_run.path / "rollouts.jsonl", demo_run.path / "rollouts_failures.jsonl"]
+    summary = summarize(files)
+    outages = len(_proxy_injections(demo_run, "proxy.outage"))
+    assert summary.injected_failure_rows == outages
+    assert summary.tainted_success_rows == 0
+    roots = {
+        (root.root_kind, root.root_boundary, root.root_http_status, root.kind): root.count
+        for root in summary.by_root_kind
+    }
+    assert roots[(PROVIDER_UNAVAILABLE, "resources_server", 503, PROVIDER_UNAVAILABLE)] == outages
+    coverage = acceptance.read_coverage(files, ROLLOUTS)
+    assert coverage.tainted == 0
+    verdict = acceptance.check(coverage, acceptance.GateThresholds())
+    assert not [reason for reason in verdict.reasons if "tainted" in reason]
+
+
 def test_no_failure_without_an_injected_fault(demo_run: Run) -> None:
     """Every failure event in the rows is explained by a fault injected into that same attempt."""
     planned: defaultdict[tuple[str, int], set[str]] = defaultdict(set)
@@ -405,7 +499,7 @@ def test_no_failure_without_an_injected_fault(demo_run: Run) -> None:
 
 def test_server_logs_hold_no_traceback_or_warning(demo_run: Run) -> None:
     """Injected faults are logged as failures; a traceback or a warning is something else."""
-    for name in ("model", "resources", "agent"):
+    for name in ("model", "resources", "proxy", "agent"):
         text = (demo_run.path / f"{name}.log").read_text()
         assert "Started server process" in text
         assert "Traceback" not in text, name
@@ -414,7 +508,7 @@ def test_server_logs_hold_no_traceback_or_warning(demo_run: Run) -> None:
 
 def test_no_server_or_sandbox_process_is_left_behind(demo_run: Run) -> None:
     servers = json.loads((demo_run.path / "servers.json").read_text())
-    assert set(servers) == {"model", "resources", "agent"}
+    assert set(servers) == {"model", "resources", "proxy", "agent"}
     assert [name for name, server in servers.items() if _alive(server["pid"])] == []
     left = []
     for proc in Path("/proc").iterdir():
@@ -430,7 +524,7 @@ def test_the_run_ignored_dead_proxies_and_gave_no_server_an_api_key(demo_run: Ru
     """The run above had every proxy variable at a dead port: it finished, so neither the launcher's
     readiness checks nor the servers' own loopback calls went through a proxy. Its scripted policy
     needs no API key, so no server was handed one, though the launcher's environment held two."""
-    assert set(demo_run.server_environments) == {"model", "resources", "agent"}
+    assert set(demo_run.server_environments) == {"model", "resources", "proxy", "agent"}
     for name, environment in demo_run.server_environments.items():
         assert environment["http_proxy"] == DEAD_PROXY, name
         assert set(API_KEY_ENV) & set(environment) == set(), name
@@ -615,7 +709,7 @@ def test_a_server_that_fails_to_start_stops_the_others(
         run_demo(tmp_path, rollouts=2)
     (run_dir,) = tmp_path.iterdir()
     servers = json.loads((run_dir / "servers.json").read_text())
-    assert set(servers) == {"model", "resources", "agent"}
+    assert set(servers) == {"model", "resources", "proxy", "agent"}
     assert [name for name, server in servers.items() if _alive(server["pid"])] == []
 
 
@@ -766,7 +860,7 @@ def test_a_policy_timeout_override_keeps_slow_replies_slower_than_it() -> None:
 
 def test_the_packaged_default_plan_loads_and_injects_every_fault() -> None:
     plan = load_fault_plan()
-    assert len(plan.fault_names()) == 11
+    assert len(plan.fault_names()) == 13
     assert plan.limits.slow_response_s > plan.limits.policy_timeout_s
 
 
@@ -777,6 +871,8 @@ def test_the_packaged_default_plan_loads_and_injects_every_fault() -> None:
         {"sandbox": {"oom": 0.1, "segfault": 0.1}},
         {"limits": {"policy_timeout_s": 3.0, "slow_response_s": 2.0}},
         {"resources_server": {"judge_unparseable": 1.5}},
+        {"proxy": {"unavailable": 0.8, "outage": 0.4}},
+        {"proxy": {"slow": 0.1}},
     ],
 )
 def test_a_plan_that_cannot_be_meant_is_refused(tmp_path: Path, bad: dict[str, Any]) -> None:

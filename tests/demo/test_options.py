@@ -21,6 +21,7 @@ from gym_failures.demo import (
     run_demo,
 )
 from gym_failures.demo.__main__ import main as demo_main
+from gym_failures.demo._plan import ProxyFaults
 
 EXTERNAL = {"policy_base_url": "http://127.0.0.1:9/v1", "policy_model": "external-model"}
 
@@ -39,6 +40,7 @@ def test_the_defaults_are_a_scripted_run_of_the_packaged_plan() -> None:
         "stream": "auto",
         "policy_timeout_s": None,
         "max_attempts": 3,
+        "proxy": True,
     }
     assert options.plan == load_fault_plan()
     assert not options.external_policy
@@ -65,6 +67,13 @@ def test_counts_start_at_one(field: str, flag: str) -> None:
         DemoOptions(**{field: 0})
     assert refused.value.option == flag
     assert str(refused.value) == f"{flag}: Input should be greater than or equal to 1"
+
+
+def test_without_the_proxy_the_plan_injects_none_of_its_faults() -> None:
+    assert load_fault_plan().proxy != ProxyFaults()
+    options = DemoOptions(proxy=False)
+    assert options.plan.proxy == ProxyFaults()
+    assert options.plan.model == load_fault_plan().model
 
 
 def test_a_policy_timeout_must_be_above_zero_and_replaces_the_plans() -> None:

@@ -40,8 +40,9 @@ def add_demo(commands: Subcommands) -> None:
         "demo",
         _run_demo,
         help="run a local gym with injected faults, then summarize, gate and explain it",
-        description="Start a model server, a resources server (verifier, judge, sandbox) and an agent "
-        "server on loopback, collect the rollouts into OUT/<timestamp>/, print the summary, the gate's "
+        description="Start a model server, a resources server (verifier, judge, sandbox), a chaos proxy "
+        "in front of it and an agent server on loopback, collect the rollouts into OUT/<timestamp>/, "
+        "print the summary, the gate's "
         "verdict and the cause tree of the failed attempt with the longest cause chain, and write "
         "report.html there. Needs the demo extra.",
         extra="demo",
@@ -95,6 +96,13 @@ def add_demo_options(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="one policy call's limit (default: the fault plan's, or 60 with an external model)",
     )
+    parser.add_argument(
+        "--no-proxy",
+        dest="proxy",
+        action="store_false",
+        help="no chaos proxy in front of the resources server: the agent calls it directly, and the "
+        "plan's proxy faults are not injected",
+    )
 
 
 def _run_demo(arguments: argparse.Namespace) -> int:
@@ -118,6 +126,7 @@ def _run_demo(arguments: argparse.Namespace) -> int:
                 policy_model=arguments.model_name or os.environ.get("GYM_DEMO_MODEL_NAME"),
                 stream=arguments.stream,
                 policy_timeout_s=arguments.policy_timeout,
+                proxy=arguments.proxy,
                 on_progress=on_progress,
             )
         except KeyboardInterrupt:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import textwrap
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +25,27 @@ from gym_failures.cli._exits import EXIT_OK, CommandError, first_problem
 from gym_failures.cli._extras import METRICS_MODULES, require_extra
 from gym_failures.cli._inputs import require_file
 from gym_failures.cli._options import Subcommands, add_command, add_metrics_option, port_number
+from gym_failures.cli._serve_proxy import add_serve_proxy
+from gym_failures.cli._serving import (
+    listen_socket,
+    log_to_stderr,
+    no_record_of_cancelled_requests,
+    serve_until_stopped,
+    write_verdict_file,
+)
 from gym_failures.cli._text import stderr_line
 
 if TYPE_CHECKING:
-    import socket
+    pass
 
-__all__ = ["AGENT_MODULES", "FAULT_NAMES", "SERVE_AGENT_EXIT_HELP", "SERVE_MODEL_EXIT_HELP", "add_serve"]
+__all__ = [
+    "AGENT_MODULES",
+    "FAULT_NAMES",
+    "SERVE_AGENT_EXIT_HELP",
+    "SERVE_MODEL_EXIT_HELP",
+    "add_serve",
+    "seconds_option",
+]
 
 # Named here, not imported: building the parser must not load the endpoint (starlette, pydantic) on
 # every start of the command line. A test keeps this list equal to `model_endpoint.FAULTS`.
@@ -80,11 +94,16 @@ def add_serve(commands: Subcommands) -> None:
         help="run a server from this library, for testing clients against real failure shapes",
         description="Run a server from this library: `serve model`, the fault-injecting model endpoint "
         "(see `gym-failures serve model --help`); `serve agent`, a standalone agent server against "
-        "an OpenAI-compatible model URL (see `gym-failures serve agent --help`).",
+        "an OpenAI-compatible model URL (see `gym-failures serve agent --help`); `serve proxy`, a "
+        "chaos proxy in front of any HTTP server (see `gym-failures serve proxy --help`).",
         extra="demo",
     )
     servers = parser.add_subparsers(
-        title="servers", metavar="{model,agent}", dest="server", parser_class=type(parser), required=True
+        title="servers",
+        metavar="{model,agent,proxy}",
+        dest="server",
+        parser_class=type(parser),
+        required=True,
     )
     model = servers.add_parser(
         "model",
@@ -128,11 +147,11 @@ def add_serve(commands: Subcommands) -> None:
         "--tpm", type=_per_minute, default=None, metavar="N", help="an input-tokens-per-minute quota (429s)"
     )
     model.add_argument(
-        "--latency", type=_seconds, default=None, metavar="S", help="delay every reply by S seconds"
+        "--latency", type=seconds_option, default=None, metavar="S", help="delay every reply by S seconds"
     )
     model.add_argument(
         "--chunk-interval",
-        type=_seconds,
+        type=seconds_option,
         default=None,
         metavar="S",
         help="pace every stream: S seconds between its events",
@@ -146,6 +165,7 @@ def add_serve(commands: Subcommands) -> None:
     )
     add_metrics_option(model)
     _add_serve_agent(servers)
+    add_serve_proxy(servers)
 
 
 def _add_serve_agent(servers: Any) -> None:
@@ -234,10 +254,10 @@ def _run_serve_agent(arguments: argparse.Namespace) -> int:
         max_retries=arguments.max_retries,
     )
     # Bound first: a busy port is one line before anything else is set up.
-    listening = _listen(arguments.host, arguments.port)
+    listening = listen_socket(arguments.host, arguments.port)
     with contextlib.ExitStack() as running:
         running.callback(listening.close)
-        _log_to_stderr()
+        log_to_stderr()
         for chatty in ("httpx", "httpx2", "openai"):
             # A line a model call (httpx's `HTTP Request: POST ...`) is noise: failures are in the replies.
             logging.getLogger(chatty).setLevel(logging.WARNING)
@@ -251,21 +271,9 @@ def _run_serve_agent(arguments: argparse.Namespace) -> int:
         # No lifespan, as `serve model`: the SDK's client needs no closing at the process's end, and
         # a second Ctrl-C during shutdown has no lifespan task to cancel.
         server_config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off")
-        running.enter_context(_no_record_of_cancelled_requests())
+        running.enter_context(no_record_of_cancelled_requests())
         uvicorn.Server(server_config).run(sockets=[listening])
     return EXIT_OK
-
-
-def _log_to_stderr() -> None:
-    """One handler for the run's log lines (the command line's own warning handler would print every
-    line twice)."""
-    import logging
-
-    library = logging.getLogger("gym_failures")
-    for handler in list(library.handlers):
-        library.removeHandler(handler)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    library.setLevel(logging.INFO)
 
 
 def _per_minute(text: str) -> int:
@@ -278,7 +286,8 @@ def _per_minute(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
+def seconds_option(text: str) -> float:
+    """An option's number of seconds, 0-3600."""
     try:
         value = float(text)
     except ValueError:
@@ -293,10 +302,8 @@ def _run_serve(arguments: argparse.Namespace) -> int:
 
     if arguments.metrics_port is not None:
         require_extra("--metrics-port", "prometheus", METRICS_MODULES)
-    import uvicorn
     from pydantic import ValidationError
 
-    from gym_failures.cli._live import metrics_endpoint
     from gym_failures.model_endpoint import ModelEndpoint, Quota, load_plan
     from gym_failures.redaction import MIN_KNOWN_SECRET, register_secret
 
@@ -317,122 +324,15 @@ def _run_serve(arguments: argparse.Namespace) -> int:
     api_key = arguments.api_key or os.environ.get("GYM_FAILURES_API_KEY") or None
     if api_key and len(api_key) >= MIN_KNOWN_SECRET:
         register_secret(api_key)  # a failure text quoting it is scrubbed, whoever made it
-    _log_to_stderr()
+    log_to_stderr()
     quota = None
     if arguments.rpm is not None or arguments.tpm is not None:
         quota = Quota(rpm=arguments.rpm, tpm=arguments.tpm)
     endpoint = ModelEndpoint(plan=plan, api_key=api_key, quota=quota)
-    app = endpoint.app()
-    written: list[bool] = []
-
-    def write_verdict() -> None:
-        if arguments.verdict_file is not None and not written:
-            written.append(True)
-            _write_verdict(endpoint, arguments.verdict_file)
-
-    class Server(uvicorn.Server):
-        # Written at the end of uvicorn's shutdown: after it, uvicorn raises the signal that stopped
-        # it again, and a SIGTERM's default action ends the process with no cleanup of ours.
-        async def shutdown(self, sockets: Any = None) -> None:
-            await super().shutdown(sockets=sockets)
-            write_verdict()
-
-    if arguments.verdict_file is not None:
-        _write_on_sigterm(write_verdict)
-    # Bound only now: a caller that sees the port accept connections may stop the server at once, and
-    # the verdict is written however early that comes.
-    listening = _listen(arguments.host, arguments.port)
-    with contextlib.ExitStack() as running:
-        running.callback(listening.close)
-        running.callback(write_verdict)
-        if arguments.metrics_port is not None:
-            running.enter_context(
-                metrics_endpoint(arguments.metrics_port, "gym-failures-model", host=arguments.host)
-            )
-        # uvicorn serves the socket bound above, and logs no start line for a socket it is given.
-        host, port = listening.getsockname()[:2]
-        shown = f"[{host}]" if ":" in host else host
-        stderr_line(f"gym-failures serve: the model endpoint on http://{shown}:{port} (Ctrl-C stops it)")
-        # The endpoint keeps nothing to start or stop: no lifespan, so a second Ctrl-C during
-        # shutdown has no lifespan task to cancel (and no traceback of it to print).
-        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off")
-        server = Server(config)
-        running.enter_context(_no_record_of_cancelled_requests())
-        server.run(sockets=[listening])
-    return EXIT_OK
-
-
-@contextlib.contextmanager
-def _no_record_of_cancelled_requests() -> Iterator[None]:
-    """A second Ctrl-C ends the requests still being served by cancelling them, and uvicorn logs each
-    as an "Exception in ASGI application" with its traceback: a request cancelled at a forced exit is
-    no error of the application's, so that record is not written while the server runs."""
-    import logging
-
-    cancelled = _CancelledRequests()
-    logging.getLogger("uvicorn.error").addFilter(cancelled)
-    try:
-        yield
-    finally:
-        logging.getLogger("uvicorn.error").removeFilter(cancelled)
-
-
-class _CancelledRequests:
-    """A logging filter: drops uvicorn's record of a request that ended cancelled (a forced exit's),
-    keeps every other record."""
-
-    def filter(self, record: Any) -> bool:
-        import asyncio
-
-        error = record.exc_info[1] if record.exc_info else None
-        return not isinstance(error, asyncio.CancelledError)
-
-
-def _write_on_sigterm(write_verdict: Callable[[], None]) -> None:
-    """A SIGTERM before uvicorn takes the signal over (the socket is bound, and accepts connections,
-    before uvicorn serves it), or the one uvicorn raises again after its shutdown, writes the verdict
-    and then ends the process as it would have."""
-    import signal
-
-    def terminated(signum: int, frame: Any) -> None:
-        write_verdict()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.raise_signal(signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, terminated)
-
-
-def _write_verdict(endpoint: Any, path: Path) -> None:
-    import json
-
-    from gym_failures.model_endpoint import verdict_document
-
-    attempts = endpoint.journal.attempts()
-    document = verdict_document(endpoint.verdict(), attempts, endpoint.journal.dropped)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    temporary.replace(path)
-    stderr_line(f"gym-failures serve: the verdict in {path}")
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """A socket bound to `host:port` for uvicorn to serve, as uvicorn binds one; a busy port or an
-    address this machine does not have is one line (exit status 2), before the server starts, rather
-    than uvicorn's log lines and its exit status 3."""
-    import errno
-    import socket
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listening = socket.socket(family, socket.SOCK_STREAM)
-    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listening.bind((host, port))
-    except OSError as error:
-        listening.close()
-        if error.errno == errno.EADDRINUSE:
-            raise CommandError(f"port {port} is in use") from None
-        raise CommandError(
-            f"--host {host} --port {port}: cannot listen there ({error.strerror or error})"
-        ) from None
-    listening.listen(2048)  # uvicorn's backlog: a request sent before uvicorn starts waits, not refused
-    return listening
+    return serve_until_stopped(
+        endpoint.app(),
+        arguments,
+        what="the model endpoint",
+        metrics_name="gym-failures-model",
+        write_verdict=lambda path: write_verdict_file(endpoint, path),
+    )

@@ -49,6 +49,11 @@ def _group_table(title: str, groups: Sequence[GroupCount]) -> Table | Text:
     return table
 
 
+def _injected(summary: Summary) -> str:
+    count = summary.injected_failure_rows
+    return f", {count} injected on purpose: a test's fault at their root" if count else ""
+
+
 def _print_totals(console: Console, summary: Summary) -> None:
     """The summary's first lines: its row counts, and the rollouts the materialized inputs owe."""
     console.print(
@@ -57,8 +62,8 @@ def _print_totals(console: Console, summary: Summary) -> None:
             f"({summary.recovered_success_rows} recovered from failures, "
             f"{summary.tainted_success_rows} tainted: built on a call that ended in failure, "
             f"{summary.masked_success_rows} masked, {summary.degraded_success_rows} degraded), "
-            f"{plural(summary.failure_rows, 'failure row')} ({summary.final_failure_rows} final), "
-            f"{plural(summary.other_rows, 'other line')}"
+            f"{plural(summary.failure_rows, 'failure row')} ({summary.final_failure_rows} final"
+            f"{_injected(summary)}), {plural(summary.other_rows, 'other line')}"
         ),
         soft_wrap=True,  # one line, as long as it is: scripts and tests read it whole
     )

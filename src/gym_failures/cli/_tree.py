@@ -39,6 +39,8 @@ def _event_label(node: EventNode, prefix: str) -> Text:
     if reading is not None:
         label.append(f"  (read as {_clean(reading)})", style="dim")
     label.append(f"  id={_clean(event.get('event_id'))}", style="dim")
+    if node.injected:
+        label.append("  injected on purpose (a test's fault)", style="magenta")
     if event.get("failure_reason"):
         label.append(f"\n{_clean(event['failure_reason'])}", style="italic")
     foreign = event.get("foreign_error")

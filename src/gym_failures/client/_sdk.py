@@ -67,6 +67,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from gym_failures._http_status import is_failed_reply
+from gym_failures._injected import injected_name, injected_note
 from gym_failures._usage import observe_usage
 from gym_failures.client import _calls
 from gym_failures.client._libraries import library_of
@@ -190,6 +191,7 @@ def _on_response(response: Any, boundary: FailureBoundary, *, is_async: bool) ->
         extensions[READER_EXTENSION] = reader
     observed = _stream_type(type(response).__module__, is_async)(response, reader, boundary)
     observed.announced_id = _announced_event(response.headers)
+    observed.injected = injected_note(injected_name(response.headers))
     if reader is None and response.headers.get("content-type", "").startswith("application/json"):
         observed.check_json()
     response.stream = observed
@@ -220,6 +222,8 @@ class _ObservedStream:
         self._ended = False
         self._done = False
         self.announced_id: str | None = None
+        self.injected = ""
+        """`injected_note` of the fault the reply's server announced it injected, else ""."""
         # The exception the caller was handling when the reply came: not this stream's (`close`).
         self._in_flight = sys.exc_info()[1]
         self._json: list[bytes] | None = None
@@ -278,7 +282,7 @@ class _ObservedStream:
         request = self._request
         failure: NgFailureEvent | None = None
         if malformed or (error is None and self._not_json()):
-            failure = _malformed(request, self._boundary, self.announced_id)
+            failure = _malformed(request, self._boundary, self.announced_id, self.injected)
         elif error is not None:
             kind = transport_kind(error)
             if kind is not None:
@@ -287,7 +291,7 @@ class _ObservedStream:
                     failure_kind=kind[0],
                     failure_reason=(
                         f"{request.method} {url_without_secrets(str(request.url))}: "
-                        f"{exception_type_name(error)} in the middle of the reply"
+                        f"{exception_type_name(error)} in the middle of the reply{self.injected}"
                     ),
                     exception_type=exception_type_name(error),
                     event_id=self.announced_id,
@@ -302,6 +306,7 @@ class _ObservedStream:
                 method=request.method,
                 url=str(request.url),
                 event_id=self.announced_id,
+                note=self.injected,
             )
         elif reader is not None and reader.report is not None:
             # A failed stream: its terminal report, observed whole above, is the attempt's failure.
@@ -351,14 +356,16 @@ class _ObservedAsyncStream(_ObservedStream):
             self._finish(malformed=malformed)
 
 
-def _malformed(request: Any, boundary: FailureBoundary, announced_id: str | None) -> NgFailureEvent:
+def _malformed(
+    request: Any, boundary: FailureBoundary, announced_id: str | None, injected: str = ""
+) -> NgFailureEvent:
     """The failure of a reply the SDK could not read as JSON, a stream's event or a plain body
     (`provider_protocol_error`), under the event id the endpoint announced for it, if it did."""
     url = url_without_secrets(str(request.url))
     failure = failure_type_for(boundary)(
         boundary=boundary,
         failure_kind=PROVIDER_PROTOCOL_ERROR,
-        failure_reason=f"{request.method} {url}: a reply whose data is not JSON",
+        failure_reason=f"{request.method} {url}: a reply whose data is not JSON{injected}",
         exception_type="JSONDecodeError",
         event_id=announced_id,
     )

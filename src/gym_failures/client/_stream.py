@@ -31,9 +31,11 @@ def stream_failure(
     url: str = "",
     stage: FailureStage | None = None,
     event_id: str | None = None,
+    note: str = "",
 ) -> NgFailureEvent | None:
     """The failure a stream ended in (see the module's docstring); finishes `reader` if it was not.
-    `event_id` names a cut whose server announced the event it injected (`X-Gym-Fault-Event`)."""
+    `event_id` names a cut whose server announced the event it injected (`X-Gym-Fault-Event`); `note`
+    ends a cut's reason (`gym_failures._injected.injected_note`: the fault the server announced)."""
     report = reader.finish()
     failure = remote_failure(report)
     if failure is not None:
@@ -45,7 +47,7 @@ def stream_failure(
     failure = failure_type_for(boundary)(
         boundary=boundary,
         failure_kind=TRANSPORT_PEER_DROP,
-        failure_reason=f"{target}: the stream ended without its terminal event",
+        failure_reason=f"{target}: the stream ended without its terminal event{note}",
         stage=stage,
         event_id=event_id,
     )

@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from gym_failures.demo._plan import FaultPlan, load_fault_plan
+from gym_failures.demo._plan import FaultPlan, ProxyFaults, load_fault_plan
 from gym_failures.demo._serve import check_policy_base_url
 
 __all__ = ["EXTERNAL_POLICY_TIMEOUT_S", "DemoOptions", "DemoOptionsError"]
@@ -83,6 +83,7 @@ class DemoOptions(BaseModel):
         "policy_model": "--model-name",
         "stream": "--stream",
         "policy_timeout_s": "--policy-timeout",
+        "proxy": "--no-proxy",
     }
     """Each field's command-line flag; a field without one (`max_attempts`) is named as itself."""
 
@@ -110,6 +111,9 @@ class DemoOptions(BaseModel):
     an external policy."""
     max_attempts: int = Field(default=3, ge=1)
     """The collector's attempts per rollout."""
+    proxy: bool = True
+    """Whether the agent calls the resources server through the chaos proxy
+    (`gym_failures.demo.proxy_server`); without it the plan's `proxy` faults are not injected."""
 
     _plan: FaultPlan = PrivateAttr()
 
@@ -151,13 +155,15 @@ class DemoOptions(BaseModel):
             raise DemoOptionsError(reason, flag) from error
         if self.policy_timeout_s is not None:
             plan = plan.with_policy_timeout(self.policy_timeout_s)
+        if not self.proxy:
+            plan = plan.model_copy(update={"proxy": ProxyFaults()})  # what the run injects, no more
         self._plan = plan
         return self
 
     @property
     def plan(self) -> FaultPlan:
         """The fault plan the run injects: `fault_plan`'s (or the packaged one), with `policy_timeout_s`
-        in place of its own when given."""
+        in place of its own when given, and no `proxy` faults without the proxy."""
         return self._plan
 
     @property

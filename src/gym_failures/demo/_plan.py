@@ -22,6 +22,12 @@ its default. Unknown keys are refused, so a misspelt fault is an error rather th
         "verifier_exception": 0.02,  the verifier raises
         "judge_unparseable": 0.03    the judge model's reply holds no verdict
       },
+      "proxy": {
+        "unavailable": 0.06,         the chaos proxy in front of the resources server answers a
+                                     `/verify` 503 with a short Retry-After: the agent retries it
+        "outage": 0.015              ... with a Retry-After past the agent's budget for the call:
+                                     the attempt fails (`gym_failures.demo.proxy_server`)
+      },
       "limits": {
         "policy_timeout_s": 2.0,     the agent's deadline for one policy call
         "slow_response_s": 6.0,      how long a slow policy takes (must exceed the deadline)
@@ -36,12 +42,13 @@ most one fault. The sites: a model call, keyed by the call and its try so that a
 again and transient faults usually recover (a policy call can get every `model` fault, a judge call
 only the first three, which are the model server's, not the policy's); a judge reply
 (`judge_unparseable`, drawn only for a reply no other fault breaks); a verification
-(`verifier_exception`); a tool run (every `sandbox` fault). The draw is a hash of the run's seed,
+(`verifier_exception`); a tool run (every `sandbox` fault); a try of the agent's `/verify` call
+at the chaos proxy (every `proxy` fault). The draw is a hash of the run's seed,
 the site and the operation's identity (rollout id, episode attempt, call, try): the same seed and
 plan inject the same faults into the same rollouts, whatever the timing.
 
 Every server that injects a fault appends a line to `<run_dir>/<server>.injected.jsonl`
-(`FaultRecorder`): the ground truth a reader compares the saved rows with.
+(`FaultRecorder`), the proxy included: the ground truth a reader compares the saved rows with.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ __all__ = [
     "FaultRecorder",
     "Limits",
     "ModelFaults",
+    "ProxyFaults",
     "ResourcesServerFaults",
     "SandboxFaults",
     "draw",
@@ -129,6 +137,15 @@ class ResourcesServerFaults(BaseModel):
     judge_unparseable: Rate = 0.0
 
 
+class ProxyFaults(_Site):
+    """Faults of a try of the agent's `/verify` call, injected by the chaos proxy in front of the
+    resources server (`gym_failures.demo.proxy_server`): its `status` fault, answered 503 with a
+    failure report of the resources server's boundary that names the proxy."""
+
+    unavailable: Rate = 0.0
+    outage: Rate = 0.0
+
+
 class Limits(BaseModel):
     """The deadlines and limits the injected faults run into."""
 
@@ -155,6 +172,7 @@ class FaultPlan(BaseModel):
     model: ModelFaults = Field(default_factory=ModelFaults)
     sandbox: SandboxFaults = Field(default_factory=SandboxFaults)
     resources_server: ResourcesServerFaults = Field(default_factory=ResourcesServerFaults)
+    proxy: ProxyFaults = Field(default_factory=ProxyFaults)
     limits: Limits = Field(default_factory=Limits)
 
     def with_policy_timeout(self, policy_timeout_s: float) -> FaultPlan:
@@ -171,7 +189,7 @@ class FaultPlan(BaseModel):
     def fault_names(self) -> list[str]:
         """`<section>.<fault>` for every fault this plan injects at a rate above 0."""
         names: list[str] = []
-        for section in ("model", "sandbox", "resources_server"):
+        for section in ("model", "sandbox", "resources_server", "proxy"):
             faults = getattr(self, section)
             names.extend(
                 f"{section}.{name}" for name in type(faults).model_fields if getattr(faults, name) > 0

@@ -1,4 +1,4 @@
-"""What the demo's three servers share: their configuration, the identity headers, the run's token,
+"""What the demo's servers share: their configuration, the identity headers, the run's token,
 the sandbox's allowlist, and how each runs.
 
 The launcher binds each server's listening socket itself and passes it to the server process
@@ -78,6 +78,12 @@ MAX_TURNS = 4
 """The agent's policy calls per episode attempt."""
 POLICY_TRIES = 3
 """The agent's tries per policy call (`retry_model_call`'s `max_attempts`)."""
+RESOURCES_TRIES = 3
+"""The agent's tries per `seed_session` or `verify` call: a 429 or 503 (the server says it did not
+process the request) is retried after its Retry-After, within `RESOURCES_BUDGET_S`."""
+RESOURCES_BUDGET_S = 5.0
+"""The seconds a `seed_session` or `verify` call may spend waiting to retry: a Retry-After past what
+is left of it ends the call at once (the demo's proxy plans an `outage` of 60 s)."""
 
 
 def policy_budget_s(policy_timeout_s: float) -> float:
@@ -126,6 +132,9 @@ class DemoConfig(BaseModel):
     """The local scripted model server (the policy by default, and always the judge)."""
     resources_url: str
     agent_url: str
+    proxy_url: str | None = None
+    """The chaos proxy in front of the resources server (`gym_failures.demo.proxy_server`): the agent
+    calls the resources server through it when set, directly without it."""
     policy_base_url: str | None = None
     """An OpenAI-compatible base URL (`.../v1`) that serves the policy instead of the scripted one.
     One with user info, a query string or a fragment is refused (`check_policy_base_url`): this file

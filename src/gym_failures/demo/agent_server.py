@@ -5,13 +5,19 @@ Run by the launcher as `python -m gym_failures.demo.agent_server --config ... --
 Protocol (the collector's, `gym_failures.collection`): `POST /run` with `{"task", "rollout_id",
 "attempt"}` -> a `BaseEpisodeResponse`. One attempt:
 
-1. `seed_session` on the resources server (stage `seed`);
+1. `seed_session` on the resources server (stage `seed`), through the chaos proxy in front of it
+   when the launcher runs one (`DemoConfig.proxy_url`, `gym_failures.demo.proxy_server`), as every
+   call to the resources server;
 2. up to `MAX_TURNS` policy calls (stage `agent`) to the model server's `/v1/responses`, or to an
    external OpenAI-compatible endpoint (`DemoConfig.policy_base_url`), each with `retry_model_call`:
    a 429, a 5xx, a dropped connection or a cut stream is retried, a policy slower than
    `limits.policy_timeout_s` is `model_policy_response_timeout`; every `run_shell` call the policy
    makes runs in the sandbox (`/sandbox/run`, never retried: a command may have effects);
 3. `verify` (stage `verification`).
+
+`seed_session` and `verify` are retried on a 429 or 503 after its Retry-After, within a budget
+(`gym_failures.demo._resources_calls`); each try carries the episode's identity headers, from which the
+proxy draws its faults.
 
 Each policy reply's token usage is added to the request's sums (`observe_usage`): the reply's
 `X-Gym-Model-Calls` header (sent by `FailureReportMiddleware`) counts the policy calls, one a turn,
@@ -61,6 +67,7 @@ from starlette.types import ASGIApp
 from gym_failures.asgi import FailureReportMiddleware
 from gym_failures.client import map_transport_errors, observe_usage, raise_boundary_failure, retry_model_call
 from gym_failures.demo._plan import draw
+from gym_failures.demo._resources_calls import not_processed_failure, retry_resources_call
 from gym_failures.demo._responses import (
     INSTRUCTIONS,
     SHELL_TOOL,
@@ -160,6 +167,8 @@ class _Agent:
         self.auth = {TOKEN_HEADER: token}
         """The run's token, for the demo's own servers only."""
         self.limits = config.plan.limits
+        self.resources_url = config.proxy_url or config.resources_url
+        """The resources server's URL, or the chaos proxy's in front of it."""
         self.external = config.policy_base_url is not None
         base = config.policy_base_url or f"{config.model_url}/v1"
         self.policy_url = base.rstrip("/") + "/responses"
@@ -196,7 +205,7 @@ class _Agent:
     # --- One episode ----------------------------------------------------------------------------
 
     async def _episode(self, task: dict[str, Any], episode: _Episode) -> dict[str, Any]:
-        seeded = await self._resources("/seed_session", "seed", {"task": task, **_ids(episode)})
+        seeded = await self._resources("/seed_session", "seed", {"task": task, **_ids(episode)}, episode)
         session_id = seeded.get("session_id")
         if not isinstance(session_id, str):
             raise ResourcesServerFailure(
@@ -236,7 +245,7 @@ class _Agent:
                 stage="agent",
             )
         verification = await self._resources(
-            "/verify", "verification", {"session_id": session_id, "response": response}
+            "/verify", "verification", {"session_id": session_id, "response": response}, episode
         )
         # Passed on as the verifier said it: a verification without a verdict is for the acceptance
         # gate to find (`grading_without_verdict`), not for the agent to paper over.
@@ -254,11 +263,33 @@ class _Agent:
             return self.config.stream == "always"
         return draw(self.config.seed, "stream", episode.rollout_id) < 0.5
 
-    async def _resources(self, path: str, stage: FailureStage, payload: dict[str, Any]) -> dict[str, Any]:
+    async def _resources(
+        self, path: str, stage: FailureStage, payload: dict[str, Any], episode: _Episode
+    ) -> dict[str, Any]:
+        """`path` on the resources server, retried when it was not processed (`retry_resources_call`)."""
+
+        async def once(try_number: int) -> dict[str, Any]:
+            headers = {
+                **self.auth,
+                ROLLOUT_HEADER: episode.rollout_id,
+                ATTEMPT_HEADER: str(episode.attempt),
+                CALL_HEADER: path.lstrip("/"),
+                TRY_HEADER: str(try_number),
+            }
+            return await self._resources_once(path, stage, payload, headers)
+
+        return await retry_resources_call(once, path=path, stage=stage)
+
+    async def _resources_once(
+        self, path: str, stage: FailureStage, payload: dict[str, Any], headers: dict[str, str]
+    ) -> dict[str, Any]:
         assert self.http is not None
-        url = self.config.resources_url + path
+        url = self.resources_url + path
         with _call("resources_server", stage, url):
-            async with self.http.post(url, json=payload, headers=self.auth) as reply:
+            async with self.http.post(url, json=payload, headers=headers) as reply:
+                refused = not_processed_failure(reply)
+                if refused is not None:
+                    raise refused
                 await raise_boundary_failure(reply, boundary="resources_server", stage=stage)
                 data = await reply.read()
         return _json_object(data, url, ResourcesServerFailure, stage)
@@ -284,7 +315,7 @@ class _Agent:
                 failure_reason=f"the policy asked to run {command[:120]!r}",
                 stage="agent",
             )
-        url = self.config.resources_url + "/sandbox/run"
+        url = self.resources_url + "/sandbox/run"
         # The command's own wall-time limit ends it; this bound only catches a sandbox that hangs.
         timeout = aiohttp.ClientTimeout(total=self.limits.sandbox_wall_s + 15)
         with _call("sandbox", "agent", url):

@@ -1,12 +1,13 @@
-"""Start the demo's three servers, collect rollouts against them, and stop them whatever happens.
+"""Start the demo's servers, collect rollouts against them, and stop them whatever happens.
 
 `run_demo` writes everything under `out_dir/<UTC timestamp>/`:
 
 - `tasks.jsonl`: the arithmetic tasks (each collected `num_repeats` times, 1 by default);
 - `rollouts.jsonl`, `rollouts_failures.jsonl`, `rollouts.manifest.json`: the collector's rows and manifest
   (`gym_failures.collection`);
-- `injected_faults.jsonl`: every fault a server injected, the ground truth to compare the rows with;
-- `model.log`, `resources.log`, `agent.log`: each server's log;
+- `injected_faults.jsonl`: every fault a server injected (the chaos proxy's included), the ground
+  truth to compare the rows with;
+- `model.log`, `resources.log`, `proxy.log` (without `--no-proxy`), `agent.log`: each server's log;
 - `demo_config.json` (what the servers ran with), `servers.json` (their pids and URLs, written as
   soon as they start) and `demo.json` (the run's summary).
 
@@ -71,9 +72,11 @@ __all__ = ["SERVERS", "run_demo"]
 SERVERS: dict[str, str] = {
     "model": "gym_failures.demo.model_server",
     "resources": "gym_failures.demo.resources_server",
+    "proxy": "gym_failures.demo.proxy_server",
     "agent": "gym_failures.demo.agent_server",
 }
-"""Each server's name (its log is `<name>.log`) and the module that runs it."""
+"""Each server's name (its log is `<name>.log`) and the module that runs it; `proxy`, the chaos proxy
+in front of the resources server, only with `DemoOptions.proxy`."""
 
 _READY_TIMEOUT_S = 30.0
 _STOP_GRACE_S = 5.0
@@ -99,6 +102,7 @@ def run_demo(
     stream: Literal["auto", "always", "never"] = "auto",
     policy_timeout_s: float | None = None,
     max_attempts: int = 3,
+    proxy: bool = True,
     on_progress: Callable[[CollectionProgress], None] | None = None,
 ) -> Path:
     """Run the demo gym: `rollouts` arithmetic tasks (`num_repeats` rollouts each, a prompt group) at
@@ -109,10 +113,11 @@ def run_demo(
     (`<base>/responses`) instead of the scripted policy; its API key is read from the agent's
     environment (`GYM_DEMO_MODEL_API_KEY`, else `OPENAI_API_KEY`). `policy_timeout_s` replaces the
     plan's `limits.policy_timeout_s` (a real model needs far more than the scripted one's 2 s; with
-    an external policy it defaults to 60). Every argument but `on_progress` is a `DemoOptions` field
-    of the same name and default, validated there before anything is written: a refused one raises
-    `DemoOptionsError`. `on_progress(progress)` is called with the collection's running counts as
-    rows are saved. Returns the run directory.
+    an external policy it defaults to 60). `proxy=False` lets the agent call the resources server
+    directly, without the chaos proxy (and its faults) in between. Every argument but `on_progress`
+    is a `DemoOptions` field of the same name and default, validated there before anything is
+    written: a refused one raises `DemoOptionsError`. `on_progress(progress)` is called with the
+    collection's running counts as rows are saved. Returns the run directory.
     """
     options = DemoOptions(
         out_dir=out_dir,
@@ -126,6 +131,7 @@ def run_demo(
         stream=stream,
         policy_timeout_s=policy_timeout_s,
         max_attempts=max_attempts,
+        proxy=proxy,
     )
     run_dir = _new_run_dir(options.out_dir)
     tasks_path = run_dir / "tasks.jsonl"
@@ -143,6 +149,7 @@ def run_demo(
             "seed": options.seed,
             "rollouts": options.rollouts,
             "concurrency": options.concurrency,
+            "proxy": options.proxy,
             "policy": (
                 {"scripted": SCRIPTED_POLICY_MODEL}
                 if options.policy_base_url is None
@@ -178,7 +185,8 @@ def _collect(
         with contextlib.ExitStack() as bound:
             # The launcher's copies of the sockets close on every way out of this block (a
             # config that does not validate included); each server keeps its own.
-            sockets = {name: bound.enter_context(_listening_socket()) for name in SERVERS}
+            names = [name for name in SERVERS if options.proxy or name != "proxy"]
+            sockets = {name: bound.enter_context(_listening_socket()) for name in names}
             urls = {name: f"http://127.0.0.1:{sock.getsockname()[1]}" for name, sock in sockets.items()}
             config = DemoConfig(
                 run_dir=run_dir.resolve(),
@@ -187,6 +195,7 @@ def _collect(
                 model_url=urls["model"],
                 resources_url=urls["resources"],
                 agent_url=urls["agent"],
+                proxy_url=urls.get("proxy"),
                 policy_base_url=options.policy_base_url,
                 policy_model=options.policy_model or SCRIPTED_POLICY_MODEL,
                 stream=options.stream,
@@ -373,8 +382,8 @@ class _ServerGroup:
     def start(self, config_path: Path, sockets: dict[str, socket.socket], urls: dict[str, str]) -> None:
         self.urls = dict(urls)
         try:
-            for name, module in SERVERS.items():
-                sock = sockets[name]
+            for name, sock in sockets.items():
+                module = SERVERS[name]
                 with (self.run_dir / f"{name}.log").open("ab") as log:
                     self.processes[name] = subprocess.Popen(
                         [

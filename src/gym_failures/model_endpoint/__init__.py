@@ -40,6 +40,10 @@ Modules:
     _apis      the three APIs: reading a call, writing a reply, plain or streamed
     _faults    the faults, their header, the scenario queue and the plans
     _app       the ASGI app: routes, the key, each fault injected, the control routes
+    _fault_replies  what a fault makes of a reply: the failure raised, a tool fault's turn, the cut
+    _recorder  the outermost layer: every attempt journaled, counted and logged, its fault's headers
+    _serving   the serving pieces that know no model API, for any server that injects faults: the
+               attempt's note, its call and fault headers, a raw reply, a wait, the log filter, /health
     _quota     real per-minute quotas (token buckets)
     _journal   one `Attempt` per request served, with its call headers
     _calls     the attempts grouped into logical calls, each with its basis (call id, SDK, guess)
@@ -47,37 +51,47 @@ Modules:
 
 The demo's model server (`gym_failures.demo.model_server`) is this endpoint with a scripted policy
 and judge (`respond`) and the demo's seeded fault draws (`choose_fault`).
+
+Its names are loaded on first use (`__getattr__`): pytest imports this package for its plugin in
+every run of a project that installs gym-failures, and a project without the server's extra (Starlette,
+uvicorn) must still run its tests.
 """
 
-from gym_failures.model_endpoint._apis import Message, ModelCall, ToolCall, Turn
-from gym_failures.model_endpoint._app import (
-    EVENT_HEADER,
-    INJECTED_HEADER,
-    MAX_BODY_BYTES,
-    ModelEndpoint,
-    echo_responder,
-    quota_reset,
-)
-from gym_failures.model_endpoint._faults import (
-    FAULT_HEADER,
-    FAULTS,
-    Fault,
-    ModelEndpointPlan,
-    Scenario,
-    load_plan,
-    parse_fault_header,
-)
-from gym_failures.model_endpoint._journal import Attempt, Journal
-from gym_failures.model_endpoint._quota import Quota
-from gym_failures.model_endpoint._verdict import (
-    FINDINGS,
-    ClientRecord,
-    Finding,
-    Verdict,
-    client_record,
-    judge,
-    verdict_document,
-)
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gym_failures.model_endpoint._apis import Message, ModelCall, ToolCall, Turn
+    from gym_failures.model_endpoint._app import (
+        EVENT_HEADER,
+        INJECTED_HEADER,
+        MAX_BODY_BYTES,
+        ModelEndpoint,
+        echo_responder,
+        quota_reset,
+    )
+    from gym_failures.model_endpoint._faults import (
+        FAULT_HEADER,
+        FAULTS,
+        Fault,
+        ModelEndpointPlan,
+        Scenario,
+        load_plan,
+        parse_fault_header,
+    )
+    from gym_failures.model_endpoint._journal import Attempt, Journal
+    from gym_failures.model_endpoint._quota import Quota
+    from gym_failures.model_endpoint._verdict import (
+        FINDINGS,
+        ClientRecord,
+        Finding,
+        Verdict,
+        client_record,
+        judge,
+        verdict_document,
+    )
 
 __all__ = [
     "EVENT_HEADER",
@@ -108,3 +122,48 @@ __all__ = [
     "quota_reset",
     "verdict_document",
 ]
+
+# Each name's module: loaded on first use, so that importing the package (as pytest does for its
+# plugin, `gym_failures.model_endpoint.pytest_plugin`) needs none of the server's dependencies.
+_HOMES = {
+    "Attempt": "_journal",
+    "ClientRecord": "_verdict",
+    "EVENT_HEADER": "_app",
+    "FAULTS": "_faults",
+    "FAULT_HEADER": "_faults",
+    "FINDINGS": "_verdict",
+    "Fault": "_faults",
+    "Finding": "_verdict",
+    "INJECTED_HEADER": "_app",
+    "Journal": "_journal",
+    "MAX_BODY_BYTES": "_app",
+    "Message": "_apis",
+    "ModelCall": "_apis",
+    "ModelEndpoint": "_app",
+    "ModelEndpointPlan": "_faults",
+    "Quota": "_quota",
+    "Scenario": "_faults",
+    "ToolCall": "_apis",
+    "Turn": "_apis",
+    "Verdict": "_verdict",
+    "client_record": "_verdict",
+    "echo_responder": "_app",
+    "judge": "_verdict",
+    "load_plan": "_faults",
+    "parse_fault_header": "_faults",
+    "quota_reset": "_app",
+    "verdict_document": "_verdict",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

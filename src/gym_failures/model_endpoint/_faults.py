@@ -49,8 +49,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -59,6 +60,7 @@ __all__ = [
     "FAULT_HEADER",
     "MAX_AFTER",
     "MAX_COUNTED",
+    "MAX_HEADER_SIZE",
     "MAX_QUEUED",
     "MAX_TIMES",
     "MAX_WAIT_S",
@@ -67,6 +69,7 @@ __all__ = [
     "FaultName",
     "ForcedFaults",
     "ModelEndpointPlan",
+    "PlanDefaults",
     "PlanFaultName",
     "Scenario",
     "fault_with",
@@ -130,6 +133,7 @@ MAX_TIMES = 1000
 MAX_COUNTED = 10_000
 MAX_QUEUED = 1000
 MAX_AFTER = 100_000
+MAX_HEADER_SIZE = 1 << 20
 DEFAULT_INTERVAL_S = 0.05
 
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -146,6 +150,8 @@ class Fault:
     code: int | None = None
     after: int | None = None
     interval_s: float | None = None
+    size: int | None = None
+    """The bytes of the header `oversized_header` sends (the proxy's fault, `gym_failures.proxy`)."""
 
 
 class ModelEndpointPlan(BaseModel):
@@ -193,7 +199,10 @@ def load_plan(path: Path | None) -> ModelEndpointPlan:
 def _number(value: object, *, low: float, high: float) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a number")
-    number = float(value)  # type: ignore[arg-type]
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an integer too large for a float: out of every bound
+        raise ValueError(f"{str(value)[:32]}... is too large") from None
     if not low <= number <= high:  # NaN fails both comparisons
         raise ValueError(f"{value!r} is not in {low:g}-{high:g}")
     return number
@@ -206,11 +215,26 @@ def _whole(value: object, *, low: int, high: int) -> int:
     return int(number)
 
 
-def fault_with(name: str, params: Mapping[str, object], plan: ModelEndpointPlan) -> tuple[Fault, int | None]:
-    """The fault `name` with `params` (the header's parameters, as text or numbers) and its `times`
-    (`None`: every time); `ValueError` with a message for the client when they are not a fault."""
-    if name not in FAULTS:
-        raise ValueError(f"unknown fault {name[:64]!r}; the faults are {', '.join(FAULTS)}")
+class PlanDefaults(Protocol):
+    """What a fault takes from its plan: the waits it asks for and holds when its parameters don't say."""
+
+    @property
+    def retry_after_s(self) -> float: ...
+    @property
+    def slow_s(self) -> float: ...
+    @property
+    def seed(self) -> int | None: ...
+
+
+def fault_with(
+    name: str, params: Mapping[str, object], plan: PlanDefaults, catalogue: Mapping[str, str] = FAULTS
+) -> tuple[Fault, int | None]:
+    """The fault `name` of `catalogue` (the endpoint's `FAULTS`, or the proxy's) with `params` (the
+    header's parameters, as text or numbers) and its `times` (`None`: every time); `ValueError` with a
+    message for the client when they are not a fault. `size` is a parameter of the catalogues that
+    have `oversized_header` only."""
+    if name not in catalogue:
+        raise ValueError(f"unknown fault {name[:64]!r}; the faults are {', '.join(catalogue)}")
     fault = Fault(name, retry_after_s=plan.retry_after_s, delay_s=plan.slow_s)
     times: int | None = None
     for key, raw in list(params.items())[:8]:
@@ -229,6 +253,8 @@ def fault_with(name: str, params: Mapping[str, object], plan: ModelEndpointPlan)
                 fault = replace(fault, after=_whole(raw, low=0, high=MAX_AFTER))
             elif key == "interval":
                 fault = replace(fault, interval_s=_number(raw, low=0, high=MAX_WAIT_S))
+            elif key == "size" and "oversized_header" in catalogue:
+                fault = replace(fault, size=_whole(raw, low=1, high=MAX_HEADER_SIZE))
             elif key != "id":
                 raise ValueError(f"unknown parameter {str(key)[:32]!r}")
         except (TypeError, ValueError) as error:
@@ -238,15 +264,17 @@ def fault_with(name: str, params: Mapping[str, object], plan: ModelEndpointPlan)
     return fault, times
 
 
-def parse_fault_header(value: str, plan: ModelEndpointPlan) -> tuple[Fault, int | None]:
-    """The fault `X-Gym-Fault: value` forces and its `times` (`None`: every time); `ValueError` with
-    a message for the client when the value is not a fault."""
+def parse_fault_header(
+    value: str, plan: PlanDefaults, catalogue: Mapping[str, str] = FAULTS
+) -> tuple[Fault, int | None]:
+    """The fault `X-Gym-Fault: value` forces (one of `catalogue`'s) and its `times` (`None`: every
+    time); `ValueError` with a message for the client when the value is not a fault."""
     name, *parts = (part.strip() for part in value.split(";"))
     params: dict[str, object] = {}
     for part in parts[:8]:
         key, _, raw = part.partition("=")
         params[key.strip()] = raw.strip()
-    return fault_with(name, params, plan)
+    return fault_with(name, params, plan, catalogue)
 
 
 @dataclass
@@ -264,8 +292,10 @@ class Scenario:
     used: int = 0
 
     def matches(self, route: str, model: str, stream: bool, tools: bool = False) -> bool:
+        """Whether a request of `route`, `model`, ... is one of the scenario's: `route` is matched
+        exactly, or as a glob when it holds `*` (the proxy's routes: `/verify*`)."""
         return (
-            (self.route is None or self.route == route)
+            (self.route is None or self.route == route or _glob(self.route, route))
             and (self.model is None or self.model == model)
             and (self.stream is None or self.stream == stream)
             and (self.tools is None or self.tools == tools)
@@ -284,11 +314,17 @@ class Scenario:
         }
 
 
-class ForcedFaults:
-    """The faults requests force with the header or the queue, and the plan's draws."""
+def _glob(pattern: str, route: str) -> bool:
+    return "*" in pattern and fnmatchcase(route, pattern)
 
-    def __init__(self, plan: ModelEndpointPlan) -> None:
+
+class ForcedFaults:
+    """The faults requests force with the header or the queue, and the plan's draws (`draw`: a
+    subclass with another plan draws its own way, `gym_failures.proxy`)."""
+
+    def __init__(self, plan: PlanDefaults, catalogue: Mapping[str, str] = FAULTS) -> None:
         self.plan = plan
+        self.catalogue = catalogue
         self._counts: OrderedDict[str, int] = OrderedDict()
         self._queue: list[Scenario] = []
         self._lock = threading.Lock()
@@ -320,11 +356,12 @@ class ForcedFaults:
         model: str = "",
         stream: bool = False,
         tools: bool = False,
+        method: str = "",
     ) -> Fault | None:
         """The fault for a request with this header value (`None`: none sent): forced by the header,
         else by the first matching scenario, else drawn."""
         if header is not None:
-            fault, times = parse_fault_header(header, self.plan)
+            fault, times = parse_fault_header(header, self.plan, self.catalogue)
             if times is not None:
                 with self._lock:
                     seen = self._counts.pop(header, 0)
@@ -341,7 +378,16 @@ class ForcedFaults:
                     if scenario.times is not None and scenario.used >= scenario.times:
                         self._queue.remove(scenario)
                     return None if scenario.fault.name == "none" else scenario.fault
-            name = self.plan.pick(self._random.random()) if self.plan.rates else None
-        if name is None:
+            return self.draw(route, model, method)
+
+    def uniform(self) -> float:
+        """The next number in [0, 1) of the plan's seeded sequence (called holding the lock)."""
+        return self._random.random()
+
+    def draw(self, route: str, model: str, method: str = "") -> Fault | None:
+        """The plan's draw for a request no header or scenario forced (called holding the lock)."""
+        plan = self.plan
+        if not isinstance(plan, ModelEndpointPlan) or not plan.rates:
             return None
-        return fault_with(name, {}, self.plan)[0]
+        name = plan.pick(self.uniform())
+        return None if name is None else fault_with(name, {}, self.plan)[0]

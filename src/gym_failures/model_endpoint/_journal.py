@@ -72,6 +72,10 @@ class Attempt(BaseModel):
     """The logical call the attempt names (`X-Gym-Call-Id`), when it sent a valid one."""
     call_attempt: int | None = Field(default=None, ge=1, le=MAX_CALL_ATTEMPT)
     """The attempt's number within its call (`X-Gym-Call-Attempt`, 1 for the first), when sent."""
+    tool: str | None = Field(default=None, max_length=256)
+    """The MCP tool a `tools/call` through the proxy named (`gym_failures.proxy`); else `None`."""
+    method: str | None = Field(default=None, max_length=16)
+    """The request's HTTP method, where the route does not say it (the proxy's attempts)."""
 
     @field_validator("call_id")
     @classmethod

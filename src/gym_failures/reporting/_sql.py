@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from gym_failures._injected import INJECTED_NOTE_PREFIX, INJECTED_TYPE
 from gym_failures.failure_kinds import PROVIDER_QUOTA_EXHAUSTED, QUOTA_RESET_REGEX
 from gym_failures.nemo_gym import (
     BODY_KIND_REGEX,
@@ -61,7 +62,7 @@ REASON_CHARS: Final = 200
 # only notes that a value exists, without copying the model response it holds.
 _EVENT = (
     "STRUCT(boundary VARCHAR, failure_kind VARCHAR, failure_reason VARCHAR, stage VARCHAR, "
-    "http_status JSON, cause_id JSON)"
+    "http_status JSON, cause_id JSON, exception_type VARCHAR)"
 )
 COLUMNS: dict[str, str] = {
     "attempt": "JSON",
@@ -179,7 +180,12 @@ CREATE OR REPLACE TEMP MACRO _gf_body_in(t) AS CASE WHEN contains(t, 'failure_ki
         _gf_index(regexp_extract_all(t, '{kind}'), _gf_deepest(regexp_extract_all(t, '{kind}'))))
 END;
 CREATE OR REPLACE TEMP MACRO _gf_body_root(t) AS _gf_body_in(left(t, {body_text}));
+CREATE OR REPLACE TEMP MACRO _gf_injected(e) AS coalesce(e.exception_type = '{injected_type}', false)
+    OR coalesce(starts_with(e.failure_reason, '[proxy] injected'), false)
+    OR coalesce(contains(e.failure_reason, '{injected_note}') AND ends_with(e.failure_reason, ')'), false);
 """.replace("{max_depth}", str(MAX_ROOT_DEPTH))
+    .replace("{injected_type}", INJECTED_TYPE)
+    .replace("{injected_note}", INJECTED_NOTE_PREFIX)
     .replace("{max_run}", str(MAX_ESCAPE_RUN))
     .replace("{body_text}", str(MAX_BODY_TEXT))
     .replace("{kind_chars}", str(MAX_KIND_CHARS))
@@ -299,7 +305,11 @@ SELECT *,
         WHEN body_root IS NOT NULL THEN struct_extract(body_root, 'http_status')
         ELSE http_status END AS root_status,
     CASE WHEN root_id IS NOT NULL THEN struct_extract(_ng_failure_events[root_id], 'stage')
-        WHEN body_root IS NULL THEN stage END AS root_stage
+        WHEN body_root IS NULL THEN stage END AS root_stage,
+    -- Injected on purpose (`gym_failures._injected.is_injected`): the root event's marks.
+    CASE WHEN root_id IS NOT NULL THEN _gf_injected(_ng_failure_events[root_id])
+        WHEN body_root IS NULL AND event IS NOT NULL THEN _gf_injected(event)
+        ELSE false END AS root_injected
 FROM (
     SELECT * EXCLUDE (event_boundary),
         coalesce(event_boundary, struct_extract(body_root, 'boundary')) AS boundary
@@ -355,7 +365,7 @@ GROUPED = """
 CREATE TEMP TABLE grouped AS
 SELECT
     not_persisted, is_failure, is_success, masked, degraded, recovered, tainted, kind, reported_kind,
-    stage, boundary, http_status, root_kind, root_boundary, root_status, root_stage,
+    stage, boundary, http_status, root_kind, root_boundary, root_status, root_stage, root_injected,
     attempt_number AS attempt, final_outcome AS final,
     _gf_cut(_gf_reason(reason)) AS reason,
     min(_gf_cut(raw_reason)) FILTER (WHERE w > 0) AS example,
@@ -394,7 +404,8 @@ def projection(source_table: str, max_attempts: int | None = None) -> str:
     """The per-row projection (`w`, `not_persisted`, `is_failure`, `is_success`, `masked`, `degraded`,
     `tainted`, `recovered`, `reported_kind`, `kind`, `stage`, `boundary`, `http_status`,
     `attempt_number`, `final_outcome`, `reason`, `root_kind`, `root_boundary`, `root_status`,
-    `root_stage`, `quota`, and the cost's columns: `gym_failures.reporting._cost_keys.COST_PROJECTION`)
+    `root_stage`, `root_injected`, `quota`, and the cost's columns:
+    `gym_failures.reporting._cost_keys.COST_PROJECTION`)
     over the table expression `source_table`, which supplies `COLUMNS` and a row weight `w`.
     `max_attempts` is the budget that makes a NeMo Gym failure row final (NeMo Gym's own,
     `max_rollout_attempts()`, when None). The statement uses the macros `MACROS` creates."""

@@ -51,6 +51,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from gym_failures._body_report import body_report
+from gym_failures._injected import is_injected
 from gym_failures.failure_records import FailureEvent, FailureReport
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import safe_text
@@ -85,6 +86,8 @@ class EventNode(BaseModel):
     """The chain ends here in an omitted report: causes may have been lost on the way."""
     causes_cut: int = 0
     """Causes below this event not shown: the chain is deeper than `MAX_TREE_DEPTH`."""
+    injected: bool = False
+    """The event was injected on purpose, a test's fault (`gym_failures._injected.is_injected`)."""
 
 
 class TaintedFailure(BaseModel):
@@ -180,14 +183,15 @@ def _node(event_id: str, events: Mapping[str, FailureEvent], shown: set[str], om
     for index, (shown_id, event) in enumerate(reversed(chain)):
         data = event.model_dump(mode="json")
         data["event_id"] = shown_id
+        injected = is_injected(event.exception_type, event.failure_reason)
         if index > 0:
-            node = EventNode(event=data, cause=node)
+            node = EventNode(event=data, cause=node, injected=injected)
         elif current is None:
-            node = EventNode(event=data, causes_may_be_omitted=omitted)
+            node = EventNode(event=data, causes_may_be_omitted=omitted, injected=injected)
         elif current in shown:
-            node = EventNode(event=data, cause_shown_above=current)
+            node = EventNode(event=data, cause_shown_above=current, injected=injected)
         else:
-            node = EventNode(event=data, causes_cut=_chain_length(current, events, shown))
+            node = EventNode(event=data, causes_cut=_chain_length(current, events, shown), injected=injected)
     assert node is not None
     return node
 

@@ -230,6 +230,8 @@ def _event_item(node: EventNode, prefix: str) -> str:
         # As `gym-failures explain` shows it: the kind its status reads as, the event unchanged.
         parts.append(f' <span class="dim">(read as {escape(_label(reading))})</span>')
     parts.append(f' <span class="dim">id={escape(_label(event.get("event_id")))}</span>')
+    if node.injected:
+        parts.append(' <span class="dim">injected on purpose (a test\'s fault)</span>')
     if event.get("failure_reason"):
         parts.append(f'<span class="reason">{escape(str(event["failure_reason"]))}</span>')
     children = ""
@@ -475,6 +477,7 @@ def render_html(
         ("of which degraded (a failure kind named, not masked)", summary.degraded_success_rows),
         ("failure rows (failed attempts)", summary.failure_rows),
         ("of which final", summary.final_failure_rows),
+        ("of which injected on purpose (a test's fault at their root)", summary.injected_failure_rows),
         ("other lines (invalid, or not a row)", summary.other_rows),
         ("torn last lines (skipped)", len(summary.torn_tails)),
     ]

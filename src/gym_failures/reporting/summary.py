@@ -189,6 +189,9 @@ class Summary(BaseModel):
     failure, so no clean measurement whatever the answer; not recovered."""
     not_persisted_rows: int = 0
     """Rows NeMo Gym marked never to be saved (`_ng_no_persist`, `_ng_dispatch_drained`): no outcome."""
+    injected_failure_rows: int = 0
+    """Failure rows whose root cause was injected on purpose (a test's fault: `serve model`, `serve
+    proxy`; `gym_failures._injected.is_injected`), not met for real."""
     torn_tails: list[TornTail]
     by_class: list[GroupCount]
     by_kind: list[KindCount]
@@ -382,14 +385,25 @@ def _aggregate(
             coalesce(sum(n) FILTER (NOT is_failure AND NOT is_success AND NOT not_persisted), 0),
             coalesce(sum(n) FILTER (masked), 0),
             coalesce(sum(n) FILTER (not_persisted), 0),
-            coalesce(sum(n) FILTER (degraded), 0)
+            coalesce(sum(n) FILTER (degraded), 0),
+            coalesce(sum(n) FILTER (is_failure AND root_injected), 0)
         FROM grouped
         """
     ).fetchone()
     assert totals is not None
-    rows, successes, recovered, tainted, failures, finals, others, masked, not_persisted, degraded = (
-        int(value) for value in totals
-    )
+    (
+        rows,
+        successes,
+        recovered,
+        tainted,
+        failures,
+        finals,
+        others,
+        masked,
+        not_persisted,
+        degraded,
+        injected,
+    ) = (int(value) for value in totals)
     return Summary(
         files=[str(path) for path in files],
         rows=rows,
@@ -402,6 +416,7 @@ def _aggregate(
         masked_success_rows=masked,
         degraded_success_rows=degraded,
         not_persisted_rows=not_persisted,
+        injected_failure_rows=injected,
         by_reported_kind=reported_counts(connection, failures),
         by_root_kind=root_counts(connection, failures, config),
         by_http_status_and_root=status_counts(connection, failures),
