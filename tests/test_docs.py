@@ -1,12 +1,15 @@
-"""The documentation site covers the code: a reference page for every public module, and a mapping
-of every name the upstream NeMo Gym pages document to ours. (`make docs` builds the site with
-`mkdocs build --strict`, which fails on a broken link or anchor.)"""
+"""The documentation site covers the code: a reference page for every public module, each listed in
+the reference's index and summarized in plain text from the source (so the pages read in a clone),
+and a mapping of every name the upstream NeMo Gym pages document to ours. (`make docs` builds the
+site with `mkdocs build --strict`, which fails on a broken link or anchor.)"""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -34,6 +37,53 @@ def _documented() -> set[str]:
 @pytest.mark.parametrize("module", _public_modules())
 def test_every_public_module_has_a_reference_page(module: str) -> None:
     assert module in _documented()
+
+
+def _index() -> dict[str, str]:
+    """The reference index's table: each module it lists, and the page it links it to."""
+    text = (DOCS / "api" / "index.md").read_text(encoding="utf-8")
+    return dict(re.findall(r"^\| \[`(gym_failures[\w.]*)`\]\((\w+\.md)\) \|", text, flags=re.MULTILINE))
+
+
+def test_the_reference_index_lists_every_public_module_and_only_real_ones() -> None:
+    assert sorted(_index()) == sorted(_public_modules())
+
+
+def test_the_reference_index_links_each_module_to_its_page() -> None:
+    pages = {page.name: page.read_text(encoding="utf-8") for page in (DOCS / "api").glob("*.md")}
+    misplaced = {
+        module: page
+        for module, page in _index().items()
+        if not re.search(rf"^::: {re.escape(module)}$", pages.get(page, ""), flags=re.MULTILINE)
+    }
+    assert misplaced == {}
+
+
+def _summaries() -> ModuleType:
+    """`docs/api/_summaries.py`, the generator of the pages' summaries (a script: loaded by its path)."""
+    spec = importlib.util.spec_from_file_location("_summaries", DOCS / "api" / "_summaries.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_reference_pages_summaries_are_up_to_date_with_the_source() -> None:
+    """Every `:::` directive of `docs/api/` has above it the summary the source gives today (the
+    module docstring's first paragraph, its public names with their kinds and first sentences)."""
+    summaries = _summaries()
+    assert (ROOT / summaries.COMMAND.split()[-1]).is_file()
+    stale = sorted(str(path.relative_to(ROOT)) for path in summaries.stale())
+    assert stale == [], f"out of date with the source: run `{summaries.COMMAND}` from the repository's root"
+
+
+def test_a_summary_is_markdown_that_reads_as_written() -> None:
+    summaries = _summaries()
+    assert summaries.first_sentence("Wait, e.g. a day. Then `x. Y` more.\n\nNext.") == "Wait, e.g. a day."
+    assert summaries.first_sentence("A pipe (`a | b`)::\n\n    code") == "A pipe (`a | b`):"
+    cell = summaries._markdown("a `x | y` or [b][c], <n> | `| head`", in_table=True)
+    assert cell == "a `x` \\| `y` or \\[b\\][c], &lt;n> \\| <code>&#124; head</code>"
 
 
 def test_every_reference_page_is_in_the_sites_navigation() -> None:
