@@ -173,3 +173,13 @@ def test_a_busy_port_is_one_line() -> None:
         done = _run("--upstream", "http://127.0.0.1:1", "--port", str(taken.getsockname()[1]))
     assert done.returncode == 2
     assert "is in use" in done.stderr
+
+
+def test_the_command_lines_names_are_the_proxys() -> None:
+    """The parser names the faults and boundaries without importing the proxy: kept equal here."""
+    from gym_failures.cli._serve_proxy import BOUNDARIES, PROXY_FAULT_NAMES
+    from gym_failures.failure_records import FailureBoundary
+    from gym_failures.proxy import PROXY_FAULTS
+
+    assert PROXY_FAULT_NAMES == tuple(PROXY_FAULTS)
+    assert tuple(sorted(BOUNDARIES)) == tuple(sorted(b.value for b in FailureBoundary))

@@ -47,8 +47,6 @@ Decisions:
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,7 +61,6 @@ __all__ = ["API_KEY", "SETTLE_S", "ModelEndpointFixture", "model_endpoint"]
 
 API_KEY = "gym-failures-test-key"
 """The key the session's endpoint requires (Bearer or x-api-key)."""
-_START_TIMEOUT_S = 60.0
 SETTLE_S = 10.0
 _AUTO: Any = object()
 _VERDICTS = pytest.StashKey[list[dict[str, Any]]]()
@@ -95,43 +92,15 @@ class _SessionServer:
     """`serve model` in a thread of this process, on loopback."""
 
     def __init__(self) -> None:
-        import socket
-
-        import uvicorn
-
+        from gym_failures._thread_server import ThreadServer
         from gym_failures.model_endpoint import ModelEndpoint, ModelEndpointPlan
 
         self.endpoint: ModelEndpoint = ModelEndpoint(plan=ModelEndpointPlan(), api_key=API_KEY)
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.bind(("127.0.0.1", 0))
-        self._socket.listen(2048)
-        self.port: int = self._socket.getsockname()[1]
-        config = uvicorn.Config(
-            self.endpoint.app(),
-            log_config=None,
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=1,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [self._socket]},
-            name="gym-failures model endpoint",
-            daemon=True,
-        )
-        self._thread.start()
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError("the model endpoint did not start")
-            time.sleep(0.01)
+        self._served = ThreadServer(self.endpoint.app(), name="gym-failures model endpoint")
+        self.port: int = self._served.port
 
     def close(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=30)
-        self._socket.close()
+        self._served.close()
 
 
 class ModelEndpointFixture:

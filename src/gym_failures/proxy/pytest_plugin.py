@@ -24,8 +24,6 @@ Decisions:
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["SETTLE_S", "ProxyHandle", "proxy"]
 
 SETTLE_S = 10.0
-_START_TIMEOUT_S = 60.0
 _AUTO: Any = object()
 
 
@@ -47,46 +44,17 @@ class ProxyHandle:
     """One proxy a test started: its URL, its faults and toxics, its journal and verdict."""
 
     def __init__(self, chaos: ChaosProxy, client_log: RequestFailureLog) -> None:
-        import socket
-
-        import uvicorn
+        from gym_failures._thread_server import ThreadServer
 
         self.chaos = chaos
         self.client_log = client_log
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.bind(("127.0.0.1", 0))
-        self._socket.listen(2048)
-        self.port: int = self._socket.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self._served = ThreadServer(chaos.app(), name="gym-failures proxy", lifespan="on", own_headers=False)
+        self.port: int = self._served.port
+        self.url = self._served.url
         """The proxy's root: the upstream's paths under it, the control routes under `/_gym/`."""
-        config = uvicorn.Config(
-            chaos.app(),
-            log_config=None,
-            access_log=False,
-            lifespan="on",
-            server_header=False,
-            date_header=False,
-            timeout_graceful_shutdown=1,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [self._socket]},
-            name="gym-failures proxy",
-            daemon=True,
-        )
-        self._thread.start()
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError("the proxy did not start")
-            time.sleep(0.01)
 
     def close(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=30)
-        self._socket.close()
+        self._served.close()
 
     def force(
         self,
