@@ -122,6 +122,8 @@ def test_the_verdict_file_is_written_on_sigterm(model_url: str, tmp_path: Path) 
     ("args", "says"),
     [
         (["--upstream", "ftp://example.com"], "not an http:// or https:// URL"),
+        (["--upstream", "http://127.0.0.1:99999"], "not a URL: Port out of range"),
+        (["--upstream", "http://[::1"], "not a URL: Invalid IPv6 URL"),
         (["--upstream", f"http://user:{CANARY}@127.0.0.1:1"], "an upstream URL with user info"),
         (["--upstream", "http://127.0.0.1:1/?token=x"], "no query or fragment"),
         (["--upstream", "http://127.0.0.1:1", "--toxic", "{"], "--toxic {: not JSON"),
@@ -181,5 +183,48 @@ def test_the_command_lines_names_are_the_proxys() -> None:
     from gym_failures.failure_records import FailureBoundary
     from gym_failures.proxy import PROXY_FAULTS
 
-    assert PROXY_FAULT_NAMES == tuple(PROXY_FAULTS)
+    assert tuple(PROXY_FAULTS) == PROXY_FAULT_NAMES
     assert tuple(sorted(BOUNDARIES)) == tuple(sorted(b.value for b in FailureBoundary))
+
+
+def test_serve_help_names_the_servers_exit_statuses() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gym_failures.cli", "serve", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert "130  interrupted (Ctrl-C)" in done.stdout
+    assert "gate: the run passed" not in done.stdout
+
+
+_WITHOUT_RICH = """
+import importlib.abc, sys
+
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("rich", "duckdb"):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked)", name=name)
+        return None
+
+sys.meta_path.insert(0, Blocked())
+from gym_failures.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_serve_proxy_runs_with_the_proxy_extra_alone(model_url: str) -> None:
+    """The `proxy` extra has no rich nor duckdb (the `cli` extra's): the proxy serves without them."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-c", _WITHOUT_RICH, "serve", "proxy", "--upstream", model_url, "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_listening(port, process)
+        with httpx.Client(timeout=60) as client:
+            assert client.get(f"http://127.0.0.1:{port}/_gym/health").json() == {"status": "ok"}
+    finally:
+        stop(process)

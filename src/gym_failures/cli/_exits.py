@@ -68,4 +68,5 @@ def first_problem(error: Any) -> str:
     if len(parts) >= 2 and parts[-1] == "[key]":  # pydantic's `rates.bogus.[key]`: a mapping's key
         where = ", ".join([*filter(None, [".".join(parts[:-2])]), f"key {parts[-2]!r}"])
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    return f"{where + ': ' if where else ''}{first['msg']}{more}"
+    message = str(first["msg"]).removeprefix("Value error, ")  # a validator's own words, as it wrote them
+    return f"{where + ': ' if where else ''}{message}{more}"

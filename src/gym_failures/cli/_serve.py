@@ -42,6 +42,7 @@ __all__ = [
     "AGENT_MODULES",
     "FAULT_NAMES",
     "SERVE_AGENT_EXIT_HELP",
+    "SERVE_EXIT_HELP",
     "SERVE_MODEL_EXIT_HELP",
     "add_serve",
     "seconds_option",
@@ -69,6 +70,12 @@ FAULT_NAMES = (
     "bad_tool_arguments",
     "unknown_tool",
 )
+
+SERVE_EXIT_HELP = """exit status (each server's page, `serve model --help` and so on, has its own):
+  0    stopped
+  2    nothing served: a bad option, a plan that is not valid, a busy port, an
+       extra that is not installed (one line on stderr says which)
+  130  interrupted (Ctrl-C)"""
 
 SERVE_MODEL_EXIT_HELP = """exit status:
   0    stopped
@@ -98,6 +105,7 @@ def add_serve(commands: Subcommands) -> None:
         "chaos proxy in front of any HTTP server (see `gym-failures serve proxy --help`).",
         extra="demo",
     )
+    parser.epilog = SERVE_EXIT_HELP
     servers = parser.add_subparsers(
         title="servers",
         metavar="{model,agent,proxy}",

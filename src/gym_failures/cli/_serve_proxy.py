@@ -120,7 +120,11 @@ def add_serve_proxy(servers: Any) -> None:
 def _upstream(text: str) -> str:
     import urllib.parse
 
-    parts = urllib.parse.urlsplit(text)
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # noqa: B018 (read to check it: a port out of range or not a number raises)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a URL: {error}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise argparse.ArgumentTypeError("not an http:// or https:// URL with a host")
     if parts.query or parts.fragment:

@@ -49,8 +49,6 @@ def serve_until_stopped(
     no `server` and `date` headers (the proxy passes its upstream's). `serve model` and `serve proxy`."""
     import uvicorn
 
-    from gym_failures.cli._live import metrics_endpoint
-
     written: list[bool] = []
 
     def verdict_now() -> None:
@@ -76,6 +74,9 @@ def serve_until_stopped(
         running.callback(listening.close)
         running.callback(verdict_now)
         if arguments.metrics_port is not None:
+            # Only here: the metrics endpoint's module renders with rich, which `serve proxy`'s extra has not.
+            from gym_failures.cli._live import metrics_endpoint
+
             running.enter_context(metrics_endpoint(arguments.metrics_port, metrics_name, host=arguments.host))
         # uvicorn serves the socket bound above, and logs no start line for a socket it is given.
         host, port = listening.getsockname()[:2]

@@ -37,9 +37,10 @@ def add_verdict(commands: Subcommands) -> None:
         commands,
         "verdict",
         _run_verdict,
-        help="print the model endpoint's verdict on a client's recovery; exit 1 when it failed",
-        description="Print the recovery verdict of `gym-failures serve model`, call by call: from a "
-        "file its --verdict-file wrote, or from a running endpoint's URL. With --client, the client's "
+        help="print a model endpoint's or a proxy's verdict on a client's recovery; exit 1 when it failed",
+        description="Print the recovery verdict of `gym-failures serve model` or `gym-failures serve "
+        "proxy`, call by call: from a file its --verdict-file wrote, or from a running server's URL. "
+        "With --client (a collector's rows, `collect`'s rows.jsonl or its failures file), the client's "
         "rows add evidence: a call that ended in a broken stream is resolved only by a failure row "
         "naming it (seen is not handled), and a success row built on a fault fails.",
         extra=None,

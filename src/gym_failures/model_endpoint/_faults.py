@@ -203,6 +203,8 @@ def _number(value: object, *, low: float, high: float) -> float:
         number = float(value)  # type: ignore[arg-type]
     except OverflowError:  # an integer too large for a float: out of every bound
         raise ValueError(f"{str(value)[:32]}... is too large") from None
+    except (TypeError, ValueError):
+        raise ValueError(f"{str(value)[:32]!r} is not a number") from None
     if not low <= number <= high:  # NaN fails both comparisons
         raise ValueError(f"{value!r} is not in {low:g}-{high:g}")
     return number

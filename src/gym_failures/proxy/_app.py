@@ -77,6 +77,7 @@ class ChaosProxy:
         import urllib.parse
 
         parts = urllib.parse.urlsplit(self.upstream)
+        parts.port  # noqa: B018 (a port out of range or not a number raises ValueError here, not later)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("the upstream must be an http:// or https:// URL with a host")
         if parts.username is not None or parts.password is not None or parts.query or parts.fragment:

@@ -197,6 +197,7 @@ def _queue(proxy: ChaosProxy, body: dict[str, Any]) -> None:
 
 
 def _problem(error: ValidationError) -> str:
-    first = error.errors()[0]
+    first = error.errors(include_url=False, include_input=False)[0]
     where = ".".join(str(part) for part in first.get("loc", ()))
-    return f"{where}: {first.get('msg', 'not valid')}" if where else str(first.get("msg", "not valid"))
+    message = str(first.get("msg", "not valid")).removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message

@@ -26,7 +26,9 @@ Decisions:
 - A draw is one number in [0, 1) per request no header or scenario forced, mapped onto the rates of
   the planned faults that match the request, in the plan's order, laid end to end (as the endpoint
   maps its rates); a draw past their sum is no fault. The rates of every request's matching faults
-  must sum to at most 1: checked for each planned route against the faults that match every route.
+  must sum to at most 1: checked, for each planned fault, over the faults a request may match with it
+  (`PlannedFault.may_match_with`: told apart by method, tool, or routes that cannot both match; two
+  globs always may), which is strict for overlapping globs but never lets a request's sum pass 1.
 - `after` counts SSE events on a stream (a reply whose type is `text/event-stream`) and bytes on any
   other body: a generic proxy knows no other unit of a reply.
 - A status fault is answered by the proxy without calling the upstream (the request never reached
@@ -104,6 +106,10 @@ Rate = Annotated[float, Field(ge=0.0, le=1.0)]
 Wait = Annotated[float, Field(ge=0.0, le=MAX_WAIT_S)]
 
 
+def _is_glob(route: str) -> bool:
+    return any(mark in route for mark in "*?[")
+
+
 class PlannedFault(BaseModel):
     """One fault of a plan: drawn at `rate` on the requests it matches."""
 
@@ -118,6 +124,21 @@ class PlannedFault(BaseModel):
     """An MCP fault's tool (`tools/call` of that tool only); any tool without it."""
     params: dict[str, float | str] = Field(default_factory=dict, max_length=8)
     """The fault's parameters, as the header's (`code`, `retry_after`, `delay`, `after`, `size`)."""
+
+    def may_match_with(self, other: PlannedFault) -> bool:
+        """Whether one request may match both faults: not when their methods, their tools or their
+        routes tell them apart (two exact paths that differ, a path its glob does not match); two
+        globs always may."""
+        if self.method and other.method and self.method.upper() != other.method.upper():
+            return False
+        if self.tool is not None and other.tool is not None and self.tool != other.tool:
+            return False
+        mine, theirs = self.route, other.route
+        if mine is None or theirs is None:
+            return True
+        if not _is_glob(mine):
+            return route_matches(theirs, mine)
+        return (not _is_glob(theirs) and route_matches(mine, theirs)) or _is_glob(theirs)
 
     def matches(self, method: str, path: str, tool: str | None) -> bool:
         if self.fault in MCP_FAULTS and tool is None:
@@ -147,13 +168,16 @@ class ProxyPlan(BaseModel):
             fault_with(planned.fault, planned.params, self, PROXY_FAULTS)  # ValueError names the problem
             if "times" in planned.params:
                 raise ValueError(f"{planned.fault}: `times` is the header's and the queue's, not a plan's")
-        every = sum(p.rate for p in self.faults if p.route is None)
-        for route in {p.route for p in self.faults if p.route is not None}:
-            total = every + sum(p.rate for p in self.faults if p.route == route)
+        for planned in self.faults:
+            # Sound, if strict: a request's matching faults all may co-match each of them, so no
+            # request's rates sum past the largest of these sums.
+            together = [other for other in self.faults if other.may_match_with(planned)]
+            total = sum(other.rate for other in together)
             if total > 1.0 + 1e-9:
-                raise ValueError(f"the fault rates drawn on {route} sum to {total:g}, more than 1")
-        if every > 1.0 + 1e-9:
-            raise ValueError(f"the fault rates drawn on every route sum to {every:g}, more than 1")
+                raise ValueError(
+                    f"the rates of the faults a request may draw with {planned.fault} "
+                    f"(route {planned.route or 'any'}) sum to {total:g}, more than 1"
+                )
         return self
 
     def pick(self, u: float, method: str, path: str, tool: str | None) -> PlannedFault | None:
