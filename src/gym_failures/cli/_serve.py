@@ -113,6 +113,12 @@ def add_serve(commands: Subcommands) -> None:
         parser_class=type(parser),
         required=True,
     )
+    _add_serve_model(servers)
+    _add_serve_agent(servers)
+    add_serve_proxy(servers)
+
+
+def _add_serve_model(servers: Any) -> None:
     model = servers.add_parser(
         "model",
         help="an OpenAI- and Anthropic-compatible model endpoint that injects faults",
@@ -172,8 +178,6 @@ def add_serve(commands: Subcommands) -> None:
         help="write the recovery verdict and the journal to FILE (JSON) when the server stops",
     )
     add_metrics_option(model)
-    _add_serve_agent(servers)
-    add_serve_proxy(servers)
 
 
 def _add_serve_agent(servers: Any) -> None:

@@ -223,7 +223,7 @@ class ChaosProxy:
             and not (mcp and _mcp.fault_applies(fault.name, mcp))
         ):
             fault = None
-        session = _session_of(headers)
+        session = exchange.session = _session_of(headers)
         if session is not None and session in self._dropped:
             exchange.mcp = mcp or _mcp.McpCall(exchange.method, None, None, session, False)
             return Fault("drop_session")

@@ -90,6 +90,8 @@ class Exchange:
     call_attempt: int | None = None
     fault_header: str | None = None
     complete: bool = False
+    session: str | None = None
+    """The MCP session the request names (`Mcp-Session-Id`), if any."""
 
     @property
     def injected(self) -> str | None:

@@ -275,13 +275,15 @@ _SHAPING = frozenset({"drop_connection", "cut_stream", "stall", "malformed_json"
 
 def _delivered(exchange: Exchange, reply: Any) -> bool:
     """Whether a reply the client left had been passed on whole: the upstream's reply had ended and
-    no stage of the pipe held any of it back. An MCP client closes an SSE stream as soon as it has its
-    JSON-RPC response, racing the server's end of the stream; it had its answer, it did not leave."""
+    no stage of the pipe held any of it back, or it was an MCP session's GET stream, which ends only
+    when its client closes it."""
     fault = exchange.fault
     if (fault is not None and fault.name in _SHAPING) or any(
         t.stream == "downstream" for t in exchange.toxics
     ):
         return False
+    if exchange.method == "GET" and exchange.session is not None:
+        return True  # an MCP session's GET stream has no end of its own: its client closes it when done
     return bool(reply.content.at_eof())
 
 
