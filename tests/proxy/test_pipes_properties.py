@@ -183,7 +183,8 @@ def test_drop_connection_on_a_body_passes_after_bytes_then_breaks(chunks: list[b
     fault = Fault("drop_connection", after=after)
     pieces, broke = _run(lambda source: fault_stage(source, fault, events=False, waits=Waits()), chunks)
     assert b"".join(pieces) == b"".join(chunks)[:after]
-    assert broke
+    # A body no longer than `after` passes whole and ends as it would have: nothing was cut.
+    assert broke == (len(b"".join(chunks)) > after)
 
 
 @given(chunked(sse_bytes), st.one_of(st.none(), st.integers(0, 8)))
@@ -252,7 +253,7 @@ def test_a_toxic_validates_or_raises_validation_error(raw: dict[str, Any]) -> No
 
 
 @given(toxic_dicts, toxic_dicts)
-def test_a_toxics_update_validates_or_raises_validation_error(
+def test_a_toxics_update_validates_or_raises_a_value_error(
     raw: dict[str, Any], changes: dict[str, Any]
 ) -> None:
     try:
@@ -262,7 +263,7 @@ def test_a_toxics_update_validates_or_raises_validation_error(
     toxics = ToxicSet([toxic])
     try:
         updated = toxics.update(toxic.name, changes)
-    except ValidationError:
+    except ValueError:  # pydantic's ValidationError, or a change of the name or the type
         assert toxics.get(toxic.name) == toxic  # a refused update changes nothing
         return
     assert (updated.name, updated.type) == (toxic.name, toxic.type)

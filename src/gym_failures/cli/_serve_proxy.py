@@ -170,6 +170,7 @@ def _plan(path: Path | None, toxics: list[str]) -> Any:
     from pydantic import ValidationError
 
     from gym_failures.proxy import Toxic, load_proxy_plan
+    from gym_failures.proxy._toxics import MAX_TOXICS
 
     if path is not None:
         require_file(path, f"--fault-plan {path}")
@@ -187,6 +188,10 @@ def _plan(path: Path | None, toxics: list[str]) -> Any:
             raise CommandError(f"--toxic {text[:80]}: not a toxic: {first_problem(error)}") from None
         except ValueError:
             raise CommandError(f"--toxic {text[:80]}: not JSON") from None
+    if len(plan.toxics) + len(added) > MAX_TOXICS:
+        raise CommandError(
+            f"more than {MAX_TOXICS} toxics (the plan's and --toxic's): the proxy holds at most that"
+        )
     names = [t.name for t in [*plan.toxics, *added]]
     if len(set(names)) != len(names):
         raise CommandError('two toxics share a name: name them ("name": ...)')

@@ -44,7 +44,7 @@ from gym_failures.model_endpoint._serving import QUIET
 from gym_failures.model_endpoint._verdict import Verdict, client_record, judge
 from gym_failures.proxy import _mcp
 from gym_failures.proxy._exchange import Exchange, break_connection, read_body
-from gym_failures.proxy._failures import bad_fault_header, injected_failure, too_large
+from gym_failures.proxy._failures import bad_fault_header, injected_failure, not_a_path, too_large
 from gym_failures.proxy._forward import Forwarder
 from gym_failures.proxy._plan import PROXY_FAULTS, ProxyFaults, ProxyPlan
 from gym_failures.proxy._toxics import Toxic, ToxicSet
@@ -177,6 +177,10 @@ class ChaosProxy:
                 return
             if exchange.body is None:
                 await self._fail(exchange, scope, receive, send, too_large(self.boundary))
+                return
+            if not bytes(scope.get("raw_path") or scope["path"].encode()).startswith(b"/"):
+                # `GET @other-host/x` (which h11 lets through) must never become another host's URL.
+                await self._fail(exchange, scope, receive, send, not_a_path(self.boundary))
                 return
             if not self._choose(exchange, scope):
                 await self._fail(

@@ -18,7 +18,8 @@
     DELETE /_gym/toxics/{name}     remove it (204)
 
 Errors come in Toxiproxy's shape, `{"error": "...", "status": N}`: 400 for a body that is not what
-the route takes, 401 without the key (when the proxy has one), 404, 409.
+the route takes (or over `MAX_CONTROL_BODY`, refused as soon as it is), 401 without the key (when the
+proxy has one), 404 (a toxic or a control route that is not there), 405, 409.
 """
 
 from __future__ import annotations
@@ -75,7 +76,14 @@ def control_app(proxy: ChaosProxy) -> Any:
         Route("/_gym/toxics", guarded(_toxics), methods=["GET", "POST"]),
         Route("/_gym/toxics/{name}", guarded(_toxic), methods=["GET", "POST", "DELETE"]),
     ]
-    return Starlette(routes=routes)
+
+    async def not_found(request: Any, error: Exception) -> Any:
+        from starlette.responses import JSONResponse
+
+        status = getattr(error, "status_code", 404)
+        return JSONResponse({"error": "no such control route", "status": status}, status)
+
+    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
 
 
 async def _health(proxy: ChaosProxy, request: Any) -> Any:
@@ -154,6 +162,8 @@ async def _toxic(proxy: ChaosProxy, request: Any) -> Any:
         raise _Refused(404, "toxic not found") from None
     except ValidationError as error:
         raise _Refused(400, _problem(error)) from None
+    except ValueError as error:  # a change of its name or type
+        raise _Refused(400, str(error)) from None
 
 
 def _authorize(proxy: ChaosProxy, headers: Any) -> None:
@@ -167,9 +177,14 @@ def _authorize(proxy: ChaosProxy, headers: Any) -> None:
 
 
 async def _json_body(request: Any) -> dict[str, Any]:
-    raw = await request.body()
-    if len(raw) > MAX_CONTROL_BODY:
-        raise _Refused(400, "the body is over 1 MiB")
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():  # refused as soon as it is over the bound, not after it all
+        size += len(chunk)
+        if size > MAX_CONTROL_BODY:
+            raise _Refused(400, "the body is over 1 MiB")
+        parts.append(chunk)
+    raw = b"".join(parts)
     try:
         parsed = json.loads(raw.decode("utf-8-sig"))
     except (UnicodeDecodeError, ValueError, RecursionError):

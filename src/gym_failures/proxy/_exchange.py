@@ -81,6 +81,7 @@ class Exchange:
     event_id: str | None = None
     mcp: McpCall | None = None
     status: int = 502
+    """The status sent; 502 when none was (a reset or a timeout before the reply: `answered_s` None)."""
     answered_s: float | None = None
     outcome: str | None = None
     stream: bool = False

@@ -29,6 +29,7 @@ __all__ = [
     "INJECTED_TYPE",
     "bad_fault_header",
     "injected_failure",
+    "not_a_path",
     "status_kind",
     "too_large",
     "unreachable",
@@ -68,6 +69,16 @@ def too_large(boundary: FailureBoundary) -> NgFailureEvent:
         failure_kind=INVALID_REQUEST_PARAMETER,
         failure_reason=f"[proxy] the request's body is over the proxy's {MAX_REQUEST_BYTES >> 20} MiB",
         http_status=413,
+    )
+
+
+def not_a_path(boundary: FailureBoundary) -> NgFailureEvent:
+    """A request target that is not a path (`@host/x`, `*`, an absolute URL): refused, never forwarded
+    to whatever host it would name."""
+    return failure_type_for(boundary)(
+        failure_kind=INVALID_REQUEST_PARAMETER,
+        failure_reason="[proxy] the request target is not a path: nothing was forwarded",
+        http_status=400,
     )
 
 

@@ -148,7 +148,7 @@ class Forwarder:
         waits = Waits(lambda: _gone(receive))
         if not await self._hold_request(exchange, waits, toxics, send, receive):
             return
-        data: Any = exchange.body or b""
+        data: Any = exchange.body or None  # no body: none sent (aiohttp adds no Content-Length: 0 to a GET)
         paced = [
             t
             for t in exchange.toxics
@@ -213,7 +213,8 @@ class Forwarder:
 
         events = reply.headers.get("content-type", "").startswith("text/event-stream")
         exchange.stream = events
-        exchange.status = reply.status
+        if exchange.method == "HEAD" or reply.status in (204, 304) or reply.status < 200:
+            _no_body_to_shape(exchange)
         self._note_mcp_reply(exchange, reply, events)
         dropped = exchange.toxic("timeout", "downstream")
         if dropped is not None:
@@ -228,7 +229,7 @@ class Forwarder:
         keep_length = not (events and name in ("cut_stream", "malformed_json"))
         extra: list[tuple[bytes, bytes]] = []
         if name == "malformed_json" and not events:
-            cut = half_json(await reply.content.read(MAX_BUFFERED))
+            cut = half_json(await _whole(reply))
             source, keep_length = _once(cut), False
             extra.append((b"content-length", str(len(cut)).encode()))
         if name == "oversized_header" and fault is not None:
@@ -263,7 +264,7 @@ class Forwarder:
             await break_connection(send, receive, reset=False)
             return
         if not ended:
-            exchange.outcome = "ok" if _delivered(exchange, reply) else "disconnected"
+            exchange.outcome = "ok" if _delivered(exchange) else "disconnected"
         elif name == "cut_stream" and events:
             exchange.outcome = "cut"
         elif name == "malformed_json":
@@ -273,18 +274,38 @@ class Forwarder:
 _SHAPING = frozenset({"drop_connection", "cut_stream", "stall", "malformed_json", "slow_first_byte"})
 
 
-def _delivered(exchange: Exchange, reply: Any) -> bool:
-    """Whether a reply the client left had been passed on whole: the upstream's reply had ended and
-    no stage of the pipe held any of it back, or it was an MCP session's GET stream, which ends only
-    when its client closes it."""
+def _no_body_to_shape(exchange: Exchange) -> None:
+    """A reply without a body (HEAD, 1xx, 204, 304) takes no fault that shapes a body: the fault is
+    not injected (nor marked), so the next reply on the connection is not corrupted."""
+    if exchange.fault is not None and exchange.fault.name in _SHAPING:
+        exchange.fault = None
+        if not exchange.toxics:
+            exchange.event_id = None
+
+
+async def _whole(reply: Any) -> bytes:
+    """The reply's body, up to `MAX_BUFFERED` bytes: `malformed_json` cuts the whole document."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in reply.content.iter_any():
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= MAX_BUFFERED:
+            break
+    return b"".join(parts)[:MAX_BUFFERED]
+
+
+def _delivered(exchange: Exchange) -> bool:
+    """Whether a reply the client left was whole all the same: an MCP session's GET stream, which ends
+    only when its client closes it, with nothing held back. Any other reply the client left before
+    its end is `disconnected`, however much of it had arrived at the proxy."""
     fault = exchange.fault
     if (fault is not None and fault.name in _SHAPING) or any(
         t.stream == "downstream" for t in exchange.toxics
     ):
         return False
-    if exchange.method == "GET" and exchange.session is not None:
-        return True  # an MCP session's GET stream has no end of its own: its client closes it when done
-    return bool(reply.content.at_eof())
+    # An MCP session's GET stream has no end of its own: its client closes it when done.
+    return exchange.method == "GET" and exchange.session is not None
 
 
 async def _once(chunk: bytes) -> Pipe:

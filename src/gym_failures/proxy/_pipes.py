@@ -166,23 +166,23 @@ async def _cut(events: Pipe, after: int | None) -> Pipe:
 
 
 async def _drop(pieces: Pipe, after: int, events: bool) -> Pipe:
-    """Close the connection after `after` events (or bytes)."""
+    """Close the connection after `after` events (or bytes); a body that ends first passes whole, and
+    ends as it would have: the fault had nothing to cut."""
     passed = 0
     async for piece in pieces:
         if events:
             if passed >= after:
-                break
+                raise Break()
             passed += 1
             yield piece
             continue
         room = after - passed
-        if len(piece) >= room:
+        if len(piece) > room or (room == 0 and piece):
             if room:
                 yield piece[:room]
-            break
+            raise Break()
         passed += len(piece)
         yield piece
-    raise Break()
 
 
 async def _stall(pieces: Pipe, fault: Fault, events: bool, waits: Waits) -> Pipe:

@@ -46,7 +46,7 @@ import threading
 from collections.abc import Mapping
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 __all__ = [
     "MAX_TOXICS",
@@ -93,12 +93,12 @@ class Toxic(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(default="", max_length=128)
+    name: str = Field(default="", max_length=128, pattern=r"^[A-Za-z0-9_.-]*$")
     """Its name in the set; `<type>_<stream>` without one, as Toxiproxy names it."""
     type: ToxicType
     stream: Literal["upstream", "downstream"] = "downstream"
     toxicity: float = Field(default=1.0, ge=0.0, le=1.0)
-    attributes: dict[str, int] = Field(default_factory=dict)
+    attributes: dict[str, StrictInt] = Field(default_factory=dict)
     route: str | None = Field(default=None, max_length=256)
 
     @model_validator(mode="after")
@@ -160,9 +160,11 @@ class ToxicSet:
             current = self._toxics[name]
             merged = current.model_dump()
             for key, value in changes.items():
+                if key in ("name", "type") and value != merged[key]:
+                    raise ValueError(f"a toxic's {key} does not change: remove it and add another")
                 if key == "attributes" and isinstance(value, Mapping):
                     merged["attributes"] = {**current.attributes, **value}
-                elif key not in ("name", "type"):
+                else:
                     merged[key] = value
             updated = Toxic.model_validate(merged)
             self._toxics[name] = updated
