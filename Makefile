@@ -75,9 +75,10 @@ unit: $(STAMP) chromium
 test-loaded: $(STAMP) chromium
 	$(BIN)/python -m tests.load --busy 1 -- $(BIN)/pytest --ignore=tests/nemo_gym_peer $(XDIST)
 
-# The API reference site, built from the docstrings; --strict fails on any broken reference.
+# The API reference site, built from the docstrings; --strict fails on any broken reference or anchor
+# (not with --quiet, which hides the warnings --strict counts: a broken anchor passed with it).
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+	$(BIN)/mkdocs build --strict --site-dir $(VENV)/site
 
 test: lint typecheck docs unit
 
