@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gym_failures import nemo_gym
@@ -568,6 +568,7 @@ _RULE_LIKE = st.fixed_dictionaries(
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.one_of(_JSON, st.fixed_dictionaries({"rules": st.lists(_RULE_LIKE | _JSON, max_size=4)})))
+@example({"rules": [{"\n": None}]})  # a key with a newline: once two lines of refusal
 def test_any_json_file_is_rules_or_one_line_of_refusal(tmp_path: Path, document: Any) -> None:
     path = tmp_path / "rules.json"
     path.write_text(json.dumps(document))

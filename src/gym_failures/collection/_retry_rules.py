@@ -321,7 +321,10 @@ def one_line(error: ValidationError) -> str:
     first = loc[0] if loc else None
     place = [f"rule {first + 1}"] if isinstance(first, int) else []
     loc = loc[1:] if place else loc
-    where = ", ".join([*place, *(str(part) for part in loc if isinstance(part, str))])
+    # A key is the file's own text: one that is not printable is shown quoted (a newline in a key must
+    # not make the refusal two lines).
+    keys = [part if part.isprintable() else repr(part) for part in loc if isinstance(part, str)]
+    where = ", ".join([*place, *(key[:64] for key in keys)])
     cause = (item.get("ctx") or {}).get("error")
     text = str(cause) if item["type"] == "value_error" and cause is not None else str(item["msg"])
     text = " ".join(text.split())
