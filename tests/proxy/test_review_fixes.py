@@ -74,6 +74,9 @@ def test_a_drop_after_more_than_the_body_cuts_nothing(chaos: tuple[ChaosProxy, s
     with httpx.Client() as client:
         reply = client.get(f"{url}/json", headers={"X-Gym-Fault": "drop_connection; after=100000"})
     assert reply.json()["answer"] == 42
+    assert proxy.journal.settled(
+        30
+    )  # journaled once the reply's last bytes are out: after the client has them
     [attempt] = proxy.journal.attempts()
     assert attempt.outcome == "ok"
     assert proxy.verdict().passed
@@ -91,6 +94,7 @@ def test_a_body_fault_never_shapes_a_reply_without_a_body(
     if method == "HEAD":
         assert shaped.headers["content-length"] == after.headers["content-length"]
     assert after.json()["answer"] == 42
+    assert proxy.journal.settled(30)
     assert [a.fault for a in proxy.journal.attempts()] == [None, None]
 
 
