@@ -25,6 +25,7 @@ from gym_failures.materialized import MaterializedRollout
 from gym_failures.reporting.explain import line_row, rollout_rows
 from gym_failures.reporting.summary import summarize
 from gym_failures.rows import JsonlScan, failures_path, is_not_persisted, is_rollout_row, read_rows
+from tests.strategies import examples
 
 TASKS, ROLLOUTS, MAX_ATTEMPTS = 2, 2, 3
 
@@ -149,7 +150,12 @@ def _resume(tmp_path: Path, output: Path) -> tuple[CollectionSummary, int, int]:
     return summary, len(pending), len(closing)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Each example runs DuckDB's summary: 20 under `make test`, 1,000 under `make fuzz` (tests/strategies.py).
+@settings(
+    max_examples=examples(20, fuzz=1000),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(
     successes=st.lists(_line(), max_size=6),
     failures=st.lists(_line(), max_size=6),

@@ -56,7 +56,9 @@ def test_a_transport_rows_delivery_is_an_http_details_delivery() -> None:
     )
 
 
-@pytest.mark.parametrize("obj", [object(), KeyError("x"), TimeoutError(), b"reply"], ids=repr)
+@pytest.mark.parametrize(
+    "obj", [object(), KeyError("x"), TimeoutError(), b"reply"], ids=lambda obj: type(obj).__name__
+)
 def test_an_object_of_no_library_has_none(obj: object) -> None:
     assert library_of(obj) is None
 
