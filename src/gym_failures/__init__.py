@@ -66,6 +66,7 @@ Where a failure report is made, sent, read and saved, in the order a failure tra
     proxy/                          a chaos proxy for any hop: Toxiproxy's toxics, HTTP and MCP faults
     demo/                           a local gym with injected faults (`make demo`)
     _loop.py                        the event loop a command runs on: uvloop's when installed
+    _lazy.py                        a package's names loaded on first use (model_endpoint, proxy)
     _thread_server.py               an ASGI app on uvicorn in a thread: the pytest plugins' servers
 
 The core (`failure_kinds`, `failure_records`, `failures`, `failure_transport`, `reply`,

@@ -25,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -43,6 +43,7 @@ __all__ = [
     "INJECTED_HEADER",
     "QUIET",
     "AttemptNote",
+    "CallNote",
     "QuietInjected",
     "RawReply",
     "bad_control",
@@ -86,7 +87,15 @@ class AttemptNote:
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
-def read_call_headers(scope_headers: Iterable[tuple[bytes, bytes]], note: AttemptNote) -> None:
+class CallNote(Protocol):
+    """Where a request's call headers are noted (`AttemptNote`, the proxy's `Exchange`)."""
+
+    sdk_retry_count: int | None
+    call_id: str | None
+    call_attempt: int | None
+
+
+def read_call_headers(scope_headers: Iterable[tuple[bytes, bytes]], note: CallNote) -> None:
     """Note the call headers of a request (the ASGI scope's headers): the SDK's retry count
     (`x-stainless-retry-count`) and the logical call (`X-Gym-Call-Id`, `X-Gym-Call-Attempt`)."""
     for name, value in scope_headers:

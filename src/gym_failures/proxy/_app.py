@@ -35,12 +35,11 @@ from typing import Any
 
 from gym_failures._http_status import is_error
 from gym_failures.asgi import FailureReportMiddleware
-from gym_failures.calls import call_attempt_of, call_id_of
 from gym_failures.failure_records import FailureBoundary
 from gym_failures.failures import NgFailureEvent, new_event_id
 from gym_failures.model_endpoint._faults import Fault, Scenario, fault_with
 from gym_failures.model_endpoint._journal import Journal, request_key
-from gym_failures.model_endpoint._serving import QUIET
+from gym_failures.model_endpoint._serving import QUIET, read_call_headers
 from gym_failures.model_endpoint._verdict import Verdict, client_record, judge
 from gym_failures.proxy import _mcp
 from gym_failures.proxy._exchange import Exchange, break_connection, read_body
@@ -359,12 +358,8 @@ def _session_of(headers: Any) -> str | None:
 
 
 def _read_call_headers(exchange: Exchange, headers: Any) -> None:
+    """The call headers, as the model endpoint reads them, and the proxy's own fault header."""
+    read_call_headers(headers, exchange)
     for name, value in headers:
-        if name == b"x-stainless-retry-count" and value.isdigit() and len(value) < 6:
-            exchange.sdk_retry_count = int(value)
-        elif name == b"x-gym-call-id":
-            exchange.call_id = call_id_of(value)
-        elif name == b"x-gym-call-attempt":
-            exchange.call_attempt = call_attempt_of(value)
-        elif name == b"x-gym-fault":
+        if name == b"x-gym-fault":
             exchange.fault_header = value.decode("latin-1")
