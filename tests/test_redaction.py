@@ -375,6 +375,14 @@ def test_request_secrets_take_a_basic_credentials_decoded_password() -> None:
     assert {"alice:Zq9BasicPassword", "Zq9BasicPassword", token} <= set(secrets)
 
 
+def test_a_requests_short_basic_credential_is_removed_though_prose_would_keep_it() -> None:
+    # "YTpi" (a:b) is too short to be taken for a credential in prose; the request's own header value
+    # is known (its bare four characters are below MIN_KNOWN_SECRET, as every known value that short).
+    assert redact("refused: Basic YTpi") == "refused: Basic YTpi"
+    secrets = request_secrets([(b"authorization", b"Basic YTpi")], b"")
+    assert redact("refused: Basic YTpi", secrets) == f"refused: {REDACTED}"
+
+
 def test_request_secrets_skip_a_basic_credential_that_does_not_decode() -> None:
     secrets = request_secrets([(b"authorization", b"Basic %%%not-base64")], b"")
     assert secrets == ["Basic %%%not-base64", "%%%not-base64"]

@@ -11,7 +11,7 @@ import string
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gym_failures.redaction import (
@@ -147,6 +147,8 @@ _WORDS = st.text(string.ascii_lowercase, min_size=1, max_size=12)
 
 
 @given(st.lists(_WORDS, min_size=1, max_size=12))
+@example(["ajoa"])  # base64 of "j:\x1a", once taken for a Basic credential
+@example(["ajpaajpa"])  # base64 of the printable "j:Zj:Z"
 def test_ordinary_english_words_survive_after_any_scheme_word(words: list[str]) -> None:
     """Lower-case words (shorter than a credential) survive, wherever `Bearer`, `token` or "API key:"
     stands among them."""

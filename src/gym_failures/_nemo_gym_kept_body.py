@@ -27,8 +27,6 @@ _BODY_KIND = re.compile(BODY_KIND_REGEX)
 _BODY_EVENT_ID = re.compile(r'"event_id"\s*:\s*"([A-Za-z0-9_.:-]{1,128})"')
 _BODY_BOUNDARY = re.compile(r'"boundary"\s*:\s*"([a-z_]{1,32})"')
 _BODY_REASON = re.compile(r'"failure_reason"\s*:\s*"((?:[^"\\]|\\.)*)(")?')
-# A cut in the middle of an escape: a partial `\uXXXX`, or the first half of a surrogate pair.
-_CUT_ESCAPE = re.compile(r"(\\u[dD][89abAB][0-9a-fA-F]{2}|\\u[0-9a-fA-F]{0,3})$")
 _MAX_KIND_CHARS = 128
 
 
@@ -59,7 +57,7 @@ def reported_failure(body: object) -> dict[str, Any] | None:
     if reason is not None:
         literal = reason.group(1)
         if reason.group(2) is None:  # cut inside the reason
-            literal = _CUT_ESCAPE.sub("", literal.removesuffix("…"))
+            literal = _cut_escape_removed(literal.removesuffix("…"))
         decoded = _json_string(literal)
         if decoded is not None:
             # Imported here: the row readers need neither for a row without a body.
@@ -69,6 +67,20 @@ def reported_failure(body: object) -> dict[str, Any] | None:
             cut = "…" if reason.group(2) is None else ""
             found["failure_reason"] = bounded_text(redact(decoded) + cut)
     return found
+
+
+def _cut_escape_removed(literal: str) -> str:
+    """`literal` (a JSON string's inside, cut) without the half escape at its end, if any: half a
+    `\\uXXXX`, or a surrogate pair's first half whose second the cut took."""
+    for _ in range(2):  # `\\ud83d\\u`: the partial escape, then the pair's first half
+        match = re.search(r"(\\+)(u[dD][89abAB][0-9a-fA-F]{2}|u[0-9a-fA-F]{0,3})$", literal)
+        if match is None or len(match.group(1)) % 2 == 0:
+            return literal
+        partial = len(match.group(2)) < 5
+        literal = literal[: match.start() + len(match.group(1)) - 1]
+        if not partial:
+            return literal
+    return literal
 
 
 def _json_string(literal: str) -> str | None:

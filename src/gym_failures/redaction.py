@@ -134,12 +134,17 @@ def looks_like_credential(value: str) -> bool:
 
 
 def _is_basic_credential(value: str) -> bool:
-    """Whether `value` is a Basic credential: base64 of `user:password`."""
+    """Whether `value` is a Basic credential: base64, 8 characters at least and not all lower-case
+    letters, of a printable `user:password`. One four-letter lower-case word in 730 decodes to some
+    `user:password` (`ajpa` is `j:Z`); a word is kept, and a request's own `Authorization` value,
+    however short or plain, is a known secret (`request_secrets`)."""
+    if len(value) < 8 or (value.isalpha() and value.islower()):
+        return False
     try:
         decoded = base64.b64decode(value, validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return False
-    return ":" in decoded
+    return ":" in decoded and decoded.isprintable()
 
 
 def _scheme_credential(match: re.Match[str]) -> str:
