@@ -282,6 +282,21 @@ class _OutOfReachOnce:
         return getattr(self.handle, name)
 
 
+class _EndsRecorded:
+    """A worker handle that counts the `end_run` calls a run sends it."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle, self.ended = handle, 0
+        self.end_run = self
+
+    def remote(self, *args: Any) -> Any:
+        self.ended += 1
+        return self.handle.end_run.remote(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.handle, name)
+
+
 async def test_rows_of_attempts_already_recorded_as_lost_are_not_taken_twice(
     tmp_path: Path, agent_url: str
 ) -> None:
@@ -317,6 +332,8 @@ async def test_a_frozen_worker_is_lost_after_the_attempt_timeout_and_the_other_f
     config = config_of(tmp_path, agent_url, tasks, timeout_s=10)
     async with RayWorkers(workers=2) as pool:
         frozen = (await _states(pool))[0]["pid"]
+        real = pool.handles
+        pool.handles = [_EndsRecorded(handle) for handle in real]
         collecting = asyncio.create_task(RayCollector(config, workers=pool).run())
         try:
             await held.running(2 * 4)
@@ -327,6 +344,11 @@ async def test_a_frozen_worker_is_lost_after_the_attempt_timeout_and_the_other_f
             summary = await asyncio.wait_for(collecting, 60)
         finally:
             os.kill(frozen, signal.SIGCONT)
+        ended = [handle.ended for handle in pool.handles]
+        pool.handles = real
+    # The run's end asks only the live worker to close its state: the frozen one would hold it for the
+    # whole attempt timeout.
+    assert ended == [0, 1]
     rows = assert_whole(config, 40)
     assert summary.succeeded == 40
     reasons = [row["failure"]["failure_reason"] for row in rows if "failure" in row]

@@ -320,6 +320,7 @@ class RayCollector(Collector):
                     self._open -= finished
                     self._changed.notify_all()
             if handed_back:
+                self._fed.remove(worker)  # its state is gone, or it cannot answer: nothing to close
                 return
 
     def _back_off(
@@ -381,7 +382,8 @@ class RayCollector(Collector):
 
     async def _end_run(self, workers: list[Any]) -> None:
         """Have the workers this run fed close its state (their client sessions), within the attempt
-        timeout; a worker lost meanwhile has none left."""
+        timeout. A worker handed back (lost, and not back within its start time) is not asked: a
+        frozen one would hold the run's end for the whole timeout."""
         ends = [worker.end_run.remote(self._key) for worker in workers]
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*ends, return_exceptions=True), self.config.timeout_s)
