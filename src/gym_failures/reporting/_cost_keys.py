@@ -30,6 +30,14 @@ Decisions:
   both would count the same tokens twice.
 - `_gf_usage` and `_gf_model_calls` are read as JSON, not as structs: a struct cannot tell a key set to
   `null` (a bad figure) from a missing one, nor see a key it does not name.
+- A rollout is its name (as `gym_failures.rows.normalized` names it: a row of ours by its `rollout_id`,
+  any other by `"<_ng_task_index>:<_ng_rollout_index>"`), whichever dialect its rows are in. The SQL
+  keeps a name of the form `"<task>:<rollout>"` as an integer key, and that key is read from the name
+  itself, never from the row's `_ng_*` indices: a key taken from the indices made one name two
+  rollouts when a row of ours named it without them (the contract's own form, or indices that are no
+  integers or say another rollout) beside NeMo Gym's row of the same rollout, and the amplification
+  counted that rollout twice, each with part of its attempts. A name not written plainly (`"02:1"`)
+  is a rollout of its own, as Python keeps it.
 """
 
 from __future__ import annotations
@@ -163,8 +171,9 @@ map instead, an object cost about 2 µs a row more; as a struct, its keys are lo
 _INDEX_BASE: Final = 2**32
 _MAX_INDEX: Final = 2**31 - 1
 """A rollout named `"<task>:<rollout>"` (every row NeMo Gym or the collector writes) is grouped by the
-integer `task * _INDEX_BASE + rollout`: an integer is cheaper to keep and to group by than a string
-(grouping the scan by the string cost about 3 µs a row more)."""
+integer `task * _INDEX_BASE + rollout`, both read from the name (see the module docstring): an integer
+is cheaper to keep and to group by than a string (grouping the scan by the string cost about 3 µs a row
+more)."""
 
 # `_gf_token(j)`: `_token`; `_gf_micros(j)`: `micros(_seconds(j))`; `_gf_rollout_name(key, name)`: a
 # rollout's name, from its `cost_rollout_key` or `cost_rollout`. They use `_int` of the summary's
@@ -196,7 +205,9 @@ _CALLS_FIELDS = (
 # anyway), and a token figure where one is named. `json_keys` of a value that is no object is empty,
 # and `from_json` of it all nulls. The one reading that differs from Python's: an object with a key
 # twice (which no writer of JSON writes, and JSON leaves undefined), whose first value DuckDB reads
-# and Python's last.
+# and Python's last. A rollout's key is read from its name: the two parts around the first ':' as
+# integers, kept only when the name rebuilt from them is the name (no sign, space, leading zero or
+# third part).
 COST_PROJECTION: Final = f"""
 SELECT * EXCLUDE (cost_rollout_name, cost_task, cost_repeat, cost_by_index),
     CASE WHEN cost_by_index THEN cost_task * {_INDEX_BASE} + cost_repeat END AS cost_rollout_key,
@@ -209,12 +220,14 @@ SELECT *,
         false) AS cost_by_index
 FROM (
 SELECT *,
+    TRY_CAST(split_part(cost_rollout_name, ':', 1) AS BIGINT) AS cost_task,
+    TRY_CAST(split_part(cost_rollout_name, ':', 2) AS BIGINT) AS cost_repeat
+FROM (
+SELECT *,
     CASE WHEN cost_model_attempts IS NOT NULL THEN coalesce(
         CASE WHEN ours THEN _str(rollout_id) END,
         CAST(_int(_ng_task_index) AS VARCHAR) || ':' || CAST(coalesce(_int(_ng_rollout_index), 0) AS VARCHAR))
-    END AS cost_rollout_name,
-    CASE WHEN cost_model_attempts IS NOT NULL THEN _int(_ng_task_index) END AS cost_task,
-    CASE WHEN cost_model_attempts IS NOT NULL THEN coalesce(_int(_ng_rollout_index), 0) END AS cost_repeat
+    END AS cost_rollout_name
 FROM (
     SELECT *,
         CASE WHEN cost_usage_ok THEN cost_usage_input END AS cost_input_tokens,
@@ -277,6 +290,7 @@ FROM (
 )
 )
 )
+)
 """
 """The cost of each row, over the summary's projection (put in for `{rows}`): `cost_attempt` (an
 outcome row that is no copy closing a rollout on resume: `closed_on_resume`, which repeats its last
@@ -286,4 +300,5 @@ attempt's keys), `cost_rerun` (its attempt number, read as the projection reads 
 that reported model calls is of: its `rollout_id` on a row gym-failures wrote, else
 `"<_ng_task_index>:<_ng_rollout_index>"` (the rollout index 0 when it has none), as
 `gym_failures.rows.normalized` names it; as `cost_rollout_key` (`_gf_rollout_name` names it) when
-that name is `"<_ng_task_index>:<_ng_rollout_index>"` itself, else as `cost_rollout`, the name."""
+that name is `"<task>:<rollout>"`, both indices read from the name and written plainly (no sign, no
+leading zero, at most `_MAX_INDEX`), else as `cost_rollout`, the name: one name is one rollout."""
