@@ -295,21 +295,7 @@ class RayCollector(Collector):
                     # Ray restarted the worker between two exchanges: what it held before is lost.
                     done.extend((ticket, _restarted_row(lost, *sent[ticket])) for ticket in held)
                 incarnation = token
-            finished = 0
-            for ticket, outcome in done:
-                if ticket not in sent:
-                    # Recorded already, as lost: the worker was only out of reach (Ray's
-                    # `ActorUnavailableError` while it ran on), and its attempt finished after all.
-                    continue
-                rollout, attempt = sent.pop(ticket)
-                retry = self.record_attempt(outcome, successes, failures)
-                if retry is None:
-                    finished += 1
-                elif retry.wait_s <= 0:
-                    retries.append((rollout, attempt + 1))
-                else:
-                    # Backing off: not this feeder's any more; any worker's once the wait ends.
-                    self._back_off(retry.wait_s, rollout, attempt + 1, queue)
+            finished = self._record(done, sent, retries, queue, (successes, failures))
             # A worker Ray cannot bring back hands its rollouts to the others, and its feeder ends.
             handed_back = gone is not None and not await self._restarted(worker)
             if handed_back:
@@ -322,6 +308,34 @@ class RayCollector(Collector):
             if handed_back:
                 self._fed.remove(worker)  # its state is gone, or it cannot answer: nothing to close
                 return
+
+    def _record(
+        self,
+        done: list[tuple[int, AttemptRow]],
+        sent: dict[int, tuple[PendingRollout, int]],
+        retries: collections.deque[tuple[PendingRollout, int]],
+        queue: collections.deque[tuple[PendingRollout, int]],
+        writers: tuple[RowWriter, RowWriter],
+    ) -> int:
+        """Record the outcomes of an exchange (`done`, by ticket), each taken out of `sent`; an attempt
+        to retry now goes to `retries`, one backing off to the `queue` once its wait ends. The rollouts
+        finished."""
+        finished = 0
+        for ticket, outcome in done:
+            if ticket not in sent:
+                # Recorded already, as lost: the worker was only out of reach (Ray's
+                # `ActorUnavailableError` while it ran on), and its attempt finished after all.
+                continue
+            rollout, attempt = sent.pop(ticket)
+            retry = self.record_attempt(outcome, *writers)
+            if retry is None:
+                finished += 1
+            elif retry.wait_s <= 0:
+                retries.append((rollout, attempt + 1))
+            else:
+                # Backing off: not this feeder's any more; any worker's once the wait ends.
+                self._back_off(retry.wait_s, rollout, attempt + 1, queue)
+        return finished
 
     def _back_off(
         self,
