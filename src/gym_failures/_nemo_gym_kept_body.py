@@ -70,16 +70,15 @@ def reported_failure(body: object) -> dict[str, Any] | None:
 
 
 def _cut_escape_removed(literal: str) -> str:
-    """`literal` (a JSON string's inside, cut) without the half escape at its end, if any: half a
-    `\\uXXXX`, or a surrogate pair's first half whose second the cut took."""
-    for _ in range(2):  # `\\ud83d\\u`: the partial escape, then the pair's first half
-        match = re.search(r"(\\+)(u[dD][89abAB][0-9a-fA-F]{2}|u[0-9a-fA-F]{0,3})$", literal)
-        if match is None or len(match.group(1)) % 2 == 0:
-            return literal
-        partial = len(match.group(2)) < 5
-        literal = literal[: match.start() + len(match.group(1)) - 1]
-        if not partial:
-            return literal
+    """`literal` (a JSON string's inside, cut) without the half escape at its end, if any: a lone
+    `\\` (NeMo Gym's "…" came right after it), half a `\\uXXXX`, then a surrogate pair's first half
+    whose second the cut took. A backslash starts an escape only at the end of an odd run of them."""
+    partial = re.search(r"(\\+)(u[0-9a-fA-F]{0,3})?$", literal)
+    if partial is not None and len(partial.group(1)) % 2 == 1:
+        literal = literal[: partial.end(1) - 1]
+    high = re.search(r"(\\+)u[dD][89abAB][0-9a-fA-F]{2}$", literal)
+    if high is not None and len(high.group(1)) % 2 == 1:
+        literal = literal[: high.end(1) - 1]
     return literal
 
 

@@ -144,13 +144,19 @@ def _is_basic_credential(value: str) -> bool:
         decoded = base64.b64decode(value, validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return False
-    return ":" in decoded and decoded.isprintable()
+    # `echo user:pw | base64` encodes the newline too: white space is a credential's as well.
+    return ":" in decoded and all(char.isprintable() or char in "\t\r\n" for char in decoded)
 
 
 def _scheme_credential(match: re.Match[str]) -> str:
     scheme, value = match.group(1), match.group(2)
-    secret = looks_like_credential(value) or (scheme.lower() == "basic" and _is_basic_credential(value))
-    return f"{scheme} {REDACTED}" if secret else match.group()
+    if looks_like_credential(value):
+        return f"{scheme} {REDACTED}"
+    # A sentence's full stop after a Basic credential is the sentence's ("... sent Basic dXNl.").
+    credential = value.rstrip(".")
+    if scheme.lower() == "basic" and _is_basic_credential(credential):
+        return f"{scheme} {REDACTED}{value[len(credential) :]}"
+    return match.group()
 
 
 def _without_query_secrets(url: str) -> str:

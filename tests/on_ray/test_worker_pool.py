@@ -282,16 +282,27 @@ class _OutOfReachOnce:
         return getattr(self.handle, name)
 
 
+class _Counted:
+    """An `end_run` call's reference that counts, on its handle, being waited for."""
+
+    def __init__(self, handle: _EndsRecorded, reference: Any) -> None:
+        self.handle, self.reference = handle, reference
+
+    def __await__(self) -> Any:
+        self.handle.awaited += 1
+        return self.reference.__await__()
+
+
 class _EndsRecorded:
-    """A worker handle that counts the `end_run` calls a run sends it."""
+    """A worker handle that counts the `end_run` calls a run sends it, and those it waited for."""
 
     def __init__(self, handle: Any) -> None:
-        self.handle, self.ended = handle, 0
+        self.handle, self.ended, self.awaited = handle, 0, 0
         self.end_run = self
 
     def remote(self, *args: Any) -> Any:
         self.ended += 1
-        return self.handle.end_run.remote(*args)
+        return _Counted(self, self.handle.end_run.remote(*args))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.handle, name)
@@ -344,11 +355,18 @@ async def test_a_frozen_worker_is_lost_after_the_attempt_timeout_and_the_other_f
             summary = await asyncio.wait_for(collecting, 60)
         finally:
             os.kill(frozen, signal.SIGCONT)
-        ended = [handle.ended for handle in pool.handles]
+        ends = [(handle.ended, handle.awaited) for handle in pool.handles]
         pool.handles = real
-    # The run's end asks only the live worker to close its state: the frozen one would hold it for the
-    # whole attempt timeout.
-    assert ended == [0, 1]
+        # The frozen worker closes the run's state once it answers again.
+        for _ in range(600):  # a hang guard, 60 s
+            if (await _state(pool.handles[0]))["run"] is None:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the thawed worker kept the run's state open")
+    # The run's end tells both workers to close its state, and waits for the live one only: the frozen
+    # one would hold it for the whole attempt timeout.
+    assert ends == [(1, 0), (1, 1)]
     rows = assert_whole(config, 40)
     assert summary.succeeded == 40
     reasons = [row["failure"]["failure_reason"] for row in rows if "failure" in row]

@@ -116,7 +116,9 @@ class RayCollector(Collector):
         self._key = ""
         """This run's key in the workers, new each run (the manifest's run id is kept across resumes)."""
         self._fed: list[Any] = []
-        """The workers this run sent attempts to."""
+        """The workers this run sent attempts to, but those handed back."""
+        self._handed_back: list[Any] = []
+        """The workers this run lost and handed their rollouts back from: frozen, or gone."""
         self.workers: list[Any] = []
         """The running workers' actor handles (for tests and operators; empty outside a run)."""
         self._tickets = itertools.count()
@@ -306,7 +308,8 @@ class RayCollector(Collector):
                     self._open -= finished
                     self._changed.notify_all()
             if handed_back:
-                self._fed.remove(worker)  # its state is gone, or it cannot answer: nothing to close
+                self._fed.remove(worker)
+                self._handed_back.append(worker)
                 return
 
     def _record(
@@ -375,7 +378,7 @@ class RayCollector(Collector):
             if owned:
                 pool.start()
             with pool.claimed(self._key) as workers:
-                self.workers, self._fed = workers, []
+                self.workers, self._fed, self._handed_back = workers, [], []
                 try:
                     yield workers
                 except BaseException:
@@ -389,15 +392,19 @@ class RayCollector(Collector):
                 finally:
                     self.workers = []
                 if not owned:
-                    await self._end_run(self._fed)
+                    await self._end_run(self._fed, self._handed_back)
         finally:
             if owned:
                 pool.close()
 
-    async def _end_run(self, workers: list[Any]) -> None:
+    async def _end_run(self, workers: list[Any], handed_back: list[Any]) -> None:
         """Have the workers this run fed close its state (their client sessions), within the attempt
-        timeout. A worker handed back (lost, and not back within its start time) is not asked: a
-        frozen one would hold the run's end for the whole timeout."""
+        timeout. A worker handed back (lost, and not back within its start time) is told too but not
+        waited for: a frozen one would hold the run's end for the whole timeout, and closes the
+        state when it answers again (a dead one has none)."""
+        for worker in handed_back:
+            with contextlib.suppress(Exception):
+                worker.end_run.remote(self._key)
         ends = [worker.end_run.remote(self._key) for worker in workers]
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*ends, return_exceptions=True), self.config.timeout_s)
