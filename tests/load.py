@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -32,6 +33,10 @@ def spin(core: int) -> subprocess.Popen[bytes]:
     return process
 
 
+def _exit_on(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.load", description="Run a command with cores kept busy."
@@ -43,6 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not command:
         parser.error("no command given (python -m tests.load -- pytest ...)")
     cores = busy_cores(options.busy)
+    # Killed (pkill, a job's end), it stops its spinners too: they would spin on, orphaned.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _exit_on)
     spinners = [spin(core) for core in cores]
     try:
         shown = ", ".join(
