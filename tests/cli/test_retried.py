@@ -273,6 +273,20 @@ def test_explain_line_reads_the_one_file_named(run: Path) -> None:
     assert [item["path"] for item in json.loads(stdout)] == [str(run)]
 
 
+def test_explain_file_colon_line_says_retried_as_the_trees_label_does(tmp_path: Path) -> None:
+    """`FILE:N` pasted from a label explains the row as the label printed it: a failure a later attempt
+    of its rollout followed (in the run's other file) is retried, as `--rollout` says too."""
+    write_jsonl(tmp_path / "out.jsonl", [success_row("2:0", attempt=2)])
+    failures = write_jsonl(
+        tmp_path / "out_failures.jsonl", [failure_row(model_503_chain(), "2:0", attempt=1, final=False)]
+    )
+    (tmp_path / "out.manifest.json").write_text(json.dumps({"version": 2, "expected_rollouts": 1}))
+    by_line = json.loads(_run("explain", f"{failures}:1", "--json")[1])
+    by_rollout = json.loads(_run("explain", tmp_path, "--rollout", "2:0", "--json")[1])
+    assert [item["retried"] for item in by_line] == [True]
+    assert [(item["line"], item["retried"]) for item in by_rollout if item["attempt"] == 1] == [(1, True)]
+
+
 def test_a_path_given_twice_counts_once(run: Path) -> None:
     once = json.loads(_run("summarize", run.parent, "--json")[1])
     code, stdout, _ = _run("summarize", run.parent, run.parent, run, f"{run.parent}/./out.jsonl", "--json")

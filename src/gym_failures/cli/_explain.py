@@ -62,7 +62,8 @@ def add_explain(commands: Subcommands) -> None:
 
 
 def _run_explain(arguments: argparse.Namespace) -> int:
-    from gym_failures.reporting.explain import line_row, rollout_rows
+    from gym_failures.reporting.explain import line_row, rollout_rows, with_retried
+    from gym_failures.rows import run_row_files
 
     if arguments.line is None and arguments.rollout is None:
         arguments.paths, arguments.line = _labelled_line(arguments.paths)
@@ -74,7 +75,9 @@ def _run_explain(arguments: argparse.Namespace) -> int:
             raise CommandError(f"--line numbers the lines of one file, not of a directory: try {names}")
         if len(arguments.paths) != 1:
             raise CommandError("--line needs exactly one file")
-        found = line_row(files[0], arguments.line)
+        # The rollout's other rows, in the run's other file too, say whether it was retried (read only
+        # for that: the row explained is the one named).
+        found = with_retried(line_row(files[0], arguments.line), run_row_files(files[0]))
         explanations = [] if found is None else [found]
         missing = f"{files[0]} has no line {arguments.line}"
     else:
