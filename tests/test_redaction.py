@@ -51,6 +51,7 @@ from gym_failures.redaction import REDACTED, redact, request_secrets, url_withou
         pytest.param("401 (sent Basic dXNlcjpwdwo=)", f"401 (sent Basic {REDACTED})", id="basic_newline"),
         pytest.param("sent Basic dXNlcjoNCg==", f"sent Basic {REDACTED}", id="basic_crlf"),
         pytest.param("refused Basic dXNlcjpwYXNz.", f"refused Basic {REDACTED}.", id="basic_full_stop"),
+        pytest.param("sent Bearer eyJhbGciOiJ9.", f"sent Bearer {REDACTED}.", id="bearer_full_stop"),
         pytest.param("Token abcd1234 rejected", f"Token {REDACTED} rejected", id="token_scheme"),
         pytest.param("key sk-proj-AbCdEf0123456789 rejected", f"key {REDACTED} rejected", id="sk"),
         pytest.param("slack xoxb-1234-5678-abcdef posted", f"slack {REDACTED} posted", id="xox"),

@@ -150,13 +150,13 @@ def _is_basic_credential(value: str) -> bool:
 
 def _scheme_credential(match: re.Match[str]) -> str:
     scheme, value = match.group(1), match.group(2)
-    if looks_like_credential(value):
-        return f"{scheme} {REDACTED}"
-    # A sentence's full stop after a Basic credential is the sentence's ("... sent Basic dXNl.").
-    credential = value.rstrip(".")
-    if scheme.lower() == "basic" and _is_basic_credential(credential):
-        return f"{scheme} {REDACTED}{value[len(credential) :]}"
-    return match.group()
+    # A full stop after the credential is the sentence's ("... sent Basic dXNl."): kept, and not read
+    # as the credential's (a Basic credential with it is no base64).
+    credential = value.rstrip(".") or value
+    secret = looks_like_credential(credential) or (
+        scheme.lower() == "basic" and _is_basic_credential(credential)
+    )
+    return f"{scheme} {REDACTED}{value[len(credential) :]}" if secret else match.group()
 
 
 def _without_query_secrets(url: str) -> str:

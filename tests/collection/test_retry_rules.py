@@ -537,6 +537,17 @@ def test_a_bad_file_is_refused_in_one_line(
     assert "\n" not in str(refused.value)
 
 
+@pytest.mark.parametrize("length", [64, 65])
+def test_an_unknown_keys_name_is_shown_up_to_64_characters(tmp_path: Path, length: int) -> None:
+    key = "k" * length
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps({"rules": [{"max_attempts": 1, key: 1}]}))
+    with pytest.raises(RetryRuleError) as refused:
+        load_rules_file(path)
+    assert f"rule 1, {'k' * 64}" in str(refused.value)
+    assert "k" * 65 not in str(refused.value)
+
+
 def test_a_file_of_at_most_1_mib_is_read(tmp_path: Path) -> None:
     body = json.dumps({"rules": [{"max_attempts": 1}]})
     path = tmp_path / "rules.json"

@@ -74,9 +74,8 @@ def test_a_drop_after_more_than_the_body_cuts_nothing(chaos: tuple[ChaosProxy, s
     with httpx.Client() as client:
         reply = client.get(f"{url}/json", headers={"X-Gym-Fault": "drop_connection; after=100000"})
     assert reply.json()["answer"] == 42
-    assert proxy.journal.settled(
-        30
-    )  # journaled once the reply's last bytes are out: after the client has them
+    # Journaled once the reply's last bytes are out: after the client has them.
+    assert proxy.journal.settled(30)
     [attempt] = proxy.journal.attempts()
     assert attempt.outcome == "ok"
     assert proxy.verdict().passed
