@@ -92,7 +92,8 @@ def events_app() -> Any:
         started = time.time()
         seen[request.url.path] += 1
         body = await request.body()
-        return JSONResponse({"started": started, "arrived": time.time(), "size": len(body)})
+        framing = {name: request.headers.get(name) for name in ("content-length", "transfer-encoding")}
+        return JSONResponse({"started": started, "arrived": time.time(), "size": len(body), **framing})
 
     async def counts(request: Request) -> Response:
         return JSONResponse(dict(seen))

@@ -76,6 +76,7 @@ from gym_failures.model_endpoint._faults import (
     ModelEndpointPlan,
     Scenario,
     fault_with,
+    misplaced_param,
 )
 from gym_failures.model_endpoint._journal import Journal
 from gym_failures.model_endpoint._quota import Quota
@@ -379,6 +380,8 @@ class ModelEndpoint:
                 v is None or isinstance(v, bool) for v in (stream, tools)
             ):
                 raise bad_control("`route` and `model` must be text, `stream` and `tools` true or false")
+            if misplaced := misplaced_param(params, ("times", "route", "model", "stream", "tools")):
+                raise bad_control(misplaced)
             try:
                 self.force(fault, times=times, route=route, model=model, stream=stream, tools=tools, **params)
             except (TypeError, ValueError) as error:

@@ -74,7 +74,9 @@ __all__ = [
     "Scenario",
     "fault_with",
     "load_plan",
+    "misplaced_param",
     "parse_fault_header",
+    "route_matches",
 ]
 
 PlanFaultName = Literal[
@@ -295,9 +297,9 @@ class Scenario:
 
     def matches(self, route: str, model: str, stream: bool, tools: bool = False) -> bool:
         """Whether a request of `route`, `model`, ... is one of the scenario's: `route` is matched
-        exactly, or as a glob when it holds `*` (the proxy's routes: `/verify*`)."""
+        as `route_matches` says (the proxy's routes: `/verify*`)."""
         return (
-            (self.route is None or self.route == route or _glob(self.route, route))
+            route_matches(self.route, route)
             and (self.model is None or self.model == model)
             and (self.stream is None or self.stream == stream)
             and (self.tools is None or self.tools == tools)
@@ -316,8 +318,21 @@ class Scenario:
         }
 
 
-def _glob(pattern: str, route: str) -> bool:
-    return "*" in pattern and fnmatchcase(route, pattern)
+def misplaced_param(params: Mapping[str, object], beside: tuple[str, ...]) -> str | None:
+    """A control request's refusal when its fault's `params` hold a field that goes `beside` the
+    fault (`times`, `route`, ...), else `None`."""
+    named = sorted(set(params) & set(beside))
+    return f"`{named[0]}` goes beside `fault`, not in `params`" if named else None
+
+
+def route_matches(pattern: str | None, path: str) -> bool:
+    """Whether `path` is one of `pattern`'s routes: `None` is every route; a pattern with `*`, `?` or
+    `[` is a glob (`fnmatch`, case-sensitive), any other is the path itself."""
+    if pattern is None:
+        return True
+    if any(mark in pattern for mark in "*?["):
+        return fnmatchcase(path, pattern)
+    return path == pattern
 
 
 class ForcedFaults:

@@ -42,7 +42,7 @@ from gym_failures.model_endpoint._journal import Journal, request_key
 from gym_failures.model_endpoint._serving import QUIET, read_call_headers
 from gym_failures.model_endpoint._verdict import Verdict, client_record, judge
 from gym_failures.proxy import _mcp
-from gym_failures.proxy._exchange import Exchange, break_connection, read_body
+from gym_failures.proxy._exchange import Exchange, break_connection, client_transport, read_body
 from gym_failures.proxy._failures import bad_fault_header, injected_failure, not_a_path, too_large
 from gym_failures.proxy._forward import Forwarder
 from gym_failures.proxy._plan import PROXY_FAULTS, ProxyFaults, ProxyPlan
@@ -53,6 +53,8 @@ __all__ = ["ChaosProxy"]
 LOGGER = logging.getLogger("gym_failures.proxy")
 _FAILURE = "gym_failures.proxy.failure"
 MAX_DROPPED_SESSIONS = 10_000
+_NOT_A_PATH = "(not a path)"
+"""The route journaled for a request whose target is not a path (nothing of it is kept)."""
 _WAITING = frozenset({"slow", "slow_first_byte", "stall", "slow_tool"})
 
 
@@ -178,7 +180,9 @@ class ChaosProxy:
                 await self._fail(exchange, scope, receive, send, too_large(self.boundary))
                 return
             if not bytes(scope.get("raw_path") or scope["path"].encode()).startswith(b"/"):
-                # `GET @other-host/x` (which h11 lets through) must never become another host's URL.
+                # `GET @other-host/x` (which h11 lets through) must never become another host's URL,
+                # and an absolute form's user info (`http://user:secret@host/x`) never a journal's.
+                exchange.path = _NOT_A_PATH
                 await self._fail(exchange, scope, receive, send, not_a_path(self.boundary))
                 return
             if not self._choose(exchange, scope):
@@ -241,16 +245,24 @@ class ChaosProxy:
         if reset is None:
             await self._exchange(exchange, scope, receive, send)
             return
-        deadline = time.monotonic() + reset.attribute("timeout") / 1000
+        seconds = reset.attribute("timeout") / 1000
+        deadline = time.monotonic() + seconds
         try:
-            async with asyncio.timeout(reset.attribute("timeout") / 1000):
-                await self._exchange(exchange, scope, receive, send)
+            async with asyncio.timeout(seconds):
+                await self._exchange(exchange, scope, receive, _EndHeld(send).send)
+                if exchange.outcome is not None:
+                    return  # the exchange broke the connection itself, or its client left
+                while (await receive())["type"] != "http.disconnect":
+                    pass  # the reply's end is held for the reset: only the client can end it first
+                exchange.outcome = "disconnected"
+                return
         except TimeoutError:
-            # uvloop's timers count whole milliseconds: never reset before the toxic's time.
-            while (left := deadline - time.monotonic()) > 0:
-                await asyncio.sleep(left)
-            exchange.outcome = "dropped"
-            await break_connection(send, receive, reset=True)
+            pass
+        # uvloop's timers count whole milliseconds: never reset before the toxic's time.
+        while (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(left)
+        exchange.outcome = "dropped"
+        await break_connection(send, receive, reset=True)
 
     async def _exchange(self, exchange: Exchange, scope: Any, receive: Any, send: Any) -> None:
         fault = exchange.fault
@@ -348,6 +360,26 @@ class ChaosProxy:
             tool=None if exchange.mcp is None else exchange.mcp.tool,
             method=exchange.method[:16],
         )
+
+
+class _EndHeld:
+    """A reply a `reset_peer` toxic resets: its end never sent (no `Content-Length`, and the last
+    body message kept open), so the connection's reset always comes before the reply is whole, as
+    the docs say the caller sees it; a reply that ended first would leave nothing to reset. `send`
+    is a bound method whose object holds the client's `transport`, as uvicorn's own `send` is
+    (`client_transport` finds it there)."""
+
+    def __init__(self, send: Any) -> None:
+        self._send = send
+        self.transport = client_transport(send)
+
+    async def send(self, message: Any) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(n, v) for n, v in message.get("headers") or [] if n.lower() != b"content-length"]
+            message = {**message, "headers": headers}
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            message = {**message, "more_body": True}
+        await self._send(message)
 
 
 def _session_of(headers: Any) -> str | None:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from gym_failures.model_endpoint._faults import misplaced_param
 from gym_failures.model_endpoint._verdict import verdict_document
 from gym_failures.proxy._toxics import Toxic
 
@@ -205,6 +206,8 @@ def _queue(proxy: ChaosProxy, body: dict[str, Any]) -> None:
         stream is None or isinstance(stream, bool)
     ):
         raise _Refused(400, "`route` and `tool` must be text, `stream` true or false")
+    if misplaced := misplaced_param(params, ("times", "route", "tool", "stream")):
+        raise _Refused(400, misplaced)
     try:
         proxy.force(fault, times=times, route=route, tool=tool, stream=stream, **params)
     except (TypeError, ValueError) as error:

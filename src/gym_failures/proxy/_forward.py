@@ -154,8 +154,11 @@ class Forwarder:
             for t in exchange.toxics
             if t.stream == "upstream" and t.type in ("bandwidth", "slicer", "slow_close")
         ]
+        headers = forwarded_headers(scope["headers"])
         if paced and data:
             data = _paced(data, paced, waits)
+            # Paced, the body keeps its framing: an async body is sent chunked without its length.
+            headers.append(("Content-Length", str(len(exchange.body or b""))))
         query = scope.get("query_string") or b""
         target = self.upstream + scope.get("raw_path", scope["path"].encode()).decode("latin-1")
         url = yarl.URL(target + ("?" + query.decode("latin-1") if query else ""), encoded=True)
@@ -163,7 +166,7 @@ class Forwarder:
             reply = await self.session().request(
                 exchange.method,
                 url,
-                headers=forwarded_headers(scope["headers"]),
+                headers=headers,
                 data=data,
                 allow_redirects=False,
             )

@@ -40,13 +40,14 @@ Decisions:
 
 from __future__ import annotations
 
-import fnmatch
 import random
 import threading
 from collections.abc import Mapping
 from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+
+from gym_failures.model_endpoint._faults import route_matches
 
 __all__ = [
     "MAX_TOXICS",
@@ -78,16 +79,6 @@ _REQUIRED = {"bandwidth": ("rate",), "slicer": ("average_size",)}
 MAX_TOXICS = 100
 
 
-def route_matches(pattern: str | None, path: str) -> bool:
-    """Whether `path` is one of `pattern`'s routes: `None` is every route; a pattern with `*`, `?` or
-    `[` is a glob (`fnmatch`, case-sensitive), any other is the path itself."""
-    if pattern is None:
-        return True
-    if any(mark in pattern for mark in "*?["):
-        return fnmatch.fnmatchcase(path, pattern)
-    return path == pattern
-
-
 class Toxic(BaseModel):
     """One toxic, in Toxiproxy's JSON shape (and `route`, ours): the module's docstring."""
 
@@ -97,7 +88,7 @@ class Toxic(BaseModel):
     """Its name in the set; `<type>_<stream>` without one, as Toxiproxy names it."""
     type: ToxicType
     stream: Literal["upstream", "downstream"] = "downstream"
-    toxicity: float = Field(default=1.0, ge=0.0, le=1.0)
+    toxicity: float = Field(default=1.0, ge=0.0, le=1.0, strict=True)  # "0.5" and true refused
     attributes: dict[str, StrictInt] = Field(default_factory=dict)
     route: str | None = Field(default=None, max_length=256)
 
