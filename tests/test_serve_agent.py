@@ -21,6 +21,7 @@ import pytest
 
 from gym_failures.agent_server import answer_text, reward_of
 from gym_failures.cli._exits import EXIT_USAGE
+from gym_failures.failure_transport import FailureHeader
 from tests.cli.invoke import run_cli
 from tests.conftest import ROOT
 from tests.processes import free_port, serve_model, stop, wait_listening
@@ -234,6 +235,54 @@ def test_nemo_gym_protocol_rows_are_flat_and_a_failure_goes_to_the_sidecar(
     assert "response" not in failure
     assert _verdict(endpoint, run)[0] == 0
     _no_secret_in(run, log, KEY)
+
+
+def _journal_events(endpoint: str) -> list[str]:
+    reply = httpx.get(f"{endpoint}/_gym/journal", headers={"Authorization": f"Bearer {KEY}"})
+    reply.raise_for_status()
+    return [attempt["event_id"] for attempt in reply.json()["attempts"] if attempt["event_id"]]
+
+
+def test_a_reply_that_is_not_json_is_the_endpoints_protocol_error_in_both_protocols(
+    endpoint: str, agent: tuple[str, Path]
+) -> None:
+    """The SDK raises a body it cannot parse as `json.JSONDecodeError`, as it is: the episode's failure
+    is the `provider_protocol_error` the hook observed, under the endpoint's event id (the root of the
+    chain), not a handler's crash."""
+    url, log = agent
+    _queue(endpoint, ("malformed_chunk", 1))
+    nemo_gym = httpx.post(f"{url}/run", json=TASKS[0], timeout=60)
+    [injected] = _journal_events(endpoint)
+    assert nemo_gym.status_code == 200
+    row = nemo_gym.json()
+    assert row["_ng_failure_class"] == "provider_protocol_error"
+    assert row["_ng_failure_terminal"] is False
+    assert row["_ng_failure_id"] == injected
+    _queue(endpoint, ("malformed_chunk", 1))
+    ours = httpx.post(f"{url}/run", json={"task": TASKS[0], "rollout_id": "0:0", "attempt": 1}, timeout=60)
+    [injected] = _journal_events(endpoint)
+    report = FailureHeader.decode(ours.headers)
+    assert report is not None
+    assert report.failure_id == injected
+    assert report.events[injected].failure_kind == "provider_protocol_error"
+    assert "JSONDecodeError raised in the handler" not in log.read_text()
+
+
+def test_a_nemo_gym_row_keeps_what_the_episode_recovered_from(endpoint: str, agent: tuple[str, Path]) -> None:
+    """NeMo Gym's collector keeps a `/run` reply's body and drops its headers: the 429 the SDK retried
+    is in the row itself (`_ng_failure_events`, `_ng_failure_id` null)."""
+    url, _ = agent
+    _queue(endpoint, ("quota_429", 1))
+    reply = httpx.post(f"{url}/run", json=TASKS[0], timeout=60)
+    row = reply.json()
+    assert row["reward"] == 1.0
+    [injected] = _journal_events(endpoint)
+    assert list(row["_ng_failure_events"]) == [injected]
+    assert row["_ng_failure_events"][injected]["http_status"] == 429
+    assert row["_ng_failure_id"] is None
+    _queue(endpoint)
+    clean = httpx.post(f"{url}/run", json=TASKS[0], timeout=60).json()
+    assert "_ng_failure_events" not in clean
 
 
 def test_the_chat_api_and_a_rejected_key_never_show_the_key(endpoint: str, tmp_path: Path) -> None:

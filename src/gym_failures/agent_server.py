@@ -8,7 +8,8 @@ OpenAI-compatible model URL, answering `POST /run` in both protocols. NeMo Gym u
 - a body with `responses_create_params` is NeMo Gym's `/run` (its materialized row, as
   `collect --agent-protocol nemo-gym` and NeMo Gym's own collector send it): the reply is the flat
   verify-response row NeMo Gym's `simple_agent` returns, the request's fields with `response` and
-  `reward` over them; a failure is a flat failure row (`_ng_failure_class`, the failure's kind, and
+  `reward` over them, and the failures the episode recovered from (`_ng_failure_events`, with
+  `_ng_failure_id` null; NeMo Gym's collector keeps the body, not the report header); a failure is a flat failure row (`_ng_failure_class`, the failure's kind, and
   `_ng_failure_terminal`, `_ng_failure_message`, `_ng_failure_stage`, with the attempt's report under
   `_ng_failure_events`, `_ng_failure_id`, `_ng_failure_events_omitted`), no `reward` and no `response`,
   as NeMo Gym's own failure rows;
@@ -53,6 +54,7 @@ Decisions:
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -81,7 +83,7 @@ from gym_failures.failure_records import BaseEpisodeResponse
 from gym_failures.failure_transport import FailureReportRow
 from gym_failures.failures import AgentFailure, NgFailureEvent
 from gym_failures.redaction import MIN_KNOWN_SECRET, register_secret
-from gym_failures.reply import episode_response, reply_headers
+from gym_failures.reply import episode_response, reply_headers, reply_report
 
 __all__ = ["NO_KEY", "TERMINAL_KINDS", "AgentServerConfig", "answer_text", "create_app", "reward_of"]
 
@@ -268,7 +270,10 @@ class _Agent:
         except NgFailureEvent as failure:
             reply = episode_response(failure=failure, terminal=failure.failure_kind in TERMINAL_KINDS)
             return JSONResponse(_nemo_gym_failure_row(body, reply), headers=reply_headers(failure))
-        return JSONResponse({**body, "response": result["response"], "reward": result["reward"]})
+        # What the episode saw and recovered from, in the row as NeMo Gym's collector keeps it (it
+        # drops the reply's headers): `_ng_failure_events`, `_ng_failure_id` null.
+        seen = FailureReportRow.fields(reply_report())
+        return JSONResponse({**body, "response": result["response"], "reward": result["reward"], **seen})
 
     # --- One episode ------------------------------------------------------------------------------
 
@@ -301,7 +306,7 @@ class _Agent:
                     reply = await self.client.chat.completions.create(
                         model=params["model"], messages=_chat_messages(params), extra_body=chat
                     )
-            except openai.APIError as error:
+            except (openai.APIError, json.JSONDecodeError) as error:  # the SDK raises a bad body's as it is
                 raise sdk_failure(error) from error
         response: dict[str, Any] = reply.to_dict(mode="json")
         return response

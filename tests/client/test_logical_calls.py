@@ -361,3 +361,36 @@ def test_a_plain_reply_that_is_not_json_is_the_attempts_failure(endpoint: str) -
     assert announced is not None
     assert log.report.events[announced].failure_kind == "provider_protocol_error"
     assert log.own_report().failure_id == announced
+
+
+@pytest.mark.parametrize("in_a_call", [True, False], ids=["logical_call", "the SDK's call"])
+def test_sdk_failure_of_a_body_the_sdk_could_not_parse_is_the_attempts_failure(
+    endpoint: str, in_a_call: bool
+) -> None:
+    """The SDK raises `json.JSONDecodeError` with no request on it: `sdk_failure` is the
+    `provider_protocol_error` the hook observed for the call's last attempt, the endpoint's id kept
+    (was a `model_request_error` under an id of its own, matching nothing in the journal)."""
+    from gym_failures.client import sdk_failure
+
+    queue(endpoint, "malformed_chunk", stream=False)
+    sent = Sent()
+    with client(endpoint, sent) as sdk, RequestFailureLog.capture() as log:
+        with logical_call() if in_a_call else contextlib.nullcontext():
+            try:
+                sdk.responses.create(model="m", input="hello")
+            except json.JSONDecodeError as error:
+                failure = sdk_failure(error)
+    ((_, _, announced),) = sent.attempts
+    assert (failure.failure_kind, failure.event_id) == ("provider_protocol_error", announced)
+    assert isinstance(failure, ModelFailure)
+    assert list(log.report.events) == [announced]
+
+
+def test_sdk_failure_of_an_unparsed_body_without_a_failed_attempt_is_its_own() -> None:
+    """No call, or a call whose last attempt ended well: the error is a failure of its own."""
+    from gym_failures.client import sdk_failure
+
+    error = json.JSONDecodeError("Expecting value", "x", 0)
+    assert sdk_failure(error).failure_kind == "model_request_error"
+    with RequestFailureLog.capture(), logical_call():
+        assert sdk_failure(error).failure_kind == "model_request_error"

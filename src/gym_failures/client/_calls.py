@@ -44,7 +44,7 @@ from gym_failures.calls import (
 )
 from gym_failures.failure_records import FailureReport
 from gym_failures.failure_transport import RequestFailureLog, observe_failure, observe_model_operation
-from gym_failures.failures import NgFailureEvent
+from gym_failures.failures import NgFailureEvent, rebuild_failure
 
 __all__ = [
     "CALL_EXTENSION",
@@ -52,6 +52,7 @@ __all__ = [
     "Ended",
     "attempt_failed",
     "begin_attempt",
+    "call_failure",
     "end_attempt",
     "reply_outcome",
 ]
@@ -150,3 +151,17 @@ def attempt_failed(failure: NgFailureEvent) -> None:
     failure is observed and ends the attempt, whoever catches it."""
     observe_failure(failure)
     reply_outcome(failure)
+
+
+def call_failure() -> NgFailureEvent | None:
+    """The failure the current call's latest attempt ended in (the `logical_call()` block's call, else
+    the SDK's last first attempt's), rebuilt from the request's log, or `None` when it ended well or
+    nothing was observed: what an SDK error that carries no request of its own stands for."""
+    log = RequestFailureLog.current()
+    call = current_call() or _SDK_CALL.get()
+    if log is None or call is None:
+        return None
+    operation = log.model_operations.get(call.call_id)
+    if operation is None or operation.outcome != "failed" or operation.failure_id is None:
+        return None
+    return rebuild_failure(log.report, operation.failure_id)

@@ -24,6 +24,8 @@ connection, a connect timeout) reaches no hook: `sdk_failure` of the SDK's final
   names;
 - a connection error or timeout (`APIConnectionError`, `APITimeoutError`): the transport failure of
   the httpx error under it (`map_transport_errors`' table), or the dropped stream the hook saw;
+- a reply body the SDK could not parse (`json.JSONDecodeError`, which the SDKs raise as it is): the
+  `provider_protocol_error` the hook observed for the call's last attempt, under its event id;
 - anything else: a failure of the boundary called, kind `model_request_error`, with the SDK's type
   and its own `message` field (redacted) as `foreign_error`.
 
@@ -423,6 +425,11 @@ def sdk_failure(
                 method=getattr(request, "method", ""), url=url, delivery=mapped[1]
             )
             return failure
+    if isinstance(error, json.JSONDecodeError) and request is None:
+        # The SDK's parse of a reply the hook saw was not JSON: that attempt's failure, its id kept.
+        observed = _calls.call_failure()
+        if observed is not None and observed.failure_kind == PROVIDER_PROTOCOL_ERROR:
+            return observed
     message = getattr(error, "message", None)
     status = getattr(response, "status_code", None)
     return failure_type_for(called)(

@@ -387,9 +387,9 @@ def _responses_stream(call: ModelCall, turn: Turn) -> StreamReply:
                 event("response.output_item.added", output_index=index, item={**item, "arguments": ""})
             )
             events.append(event("response.function_call_arguments.delta", **where, delta=item["arguments"]))
-            events.append(
-                event("response.function_call_arguments.done", **where, arguments=item["arguments"])
-            )
+            # `name` as the openai SDK NeMo Gym pins (2.44) requires it; later SDKs dropped the field.
+            done = {"arguments": item["arguments"], "name": item["name"]}
+            events.append(event("response.function_call_arguments.done", **where, **done))
         events.append(event("response.output_item.done", output_index=index, item=item))
     kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
 

@@ -16,7 +16,8 @@ config in `NEMO_GYM_CONFIG_DICT`, as NeMo Gym's `RunHelper` starts them (nemo_gy
 For each turn (a plain answer, one cut at the token limit, an empty one, a tool call; queued on the
 endpoint for one request), this posts a Responses request to each model server's `/v1/responses`, and
 a Chat Completions request to the OpenAI model server's `/v1/chat/completions`, and validates each
-reply again here with NeMo Gym's models. Reports, per server, route and turn: the HTTP status, whether
+reply again here with NeMo Gym's models; and streams each turn (and a tool call with bad arguments)
+from the endpoint itself in both APIs, each event validated with the openai SDK NeMo Gym pins. Reports, per server, route and turn: the HTTP status, whether
 the reply validated, and its status or finish reason.
 """
 
@@ -28,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+import typing
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -147,6 +149,51 @@ def _check(port: int, endpoint_port: int, route: str, turn: str) -> dict[str, An
     return found
 
 
+STREAMED = (*TURNS, "bad_tool_arguments")
+
+
+def _streamed(endpoint_port: int, route: str, turn: str) -> dict[str, Any]:
+    """A streamed reply of the endpoint itself, `turn` queued for it: each SSE event validated with the
+    openai SDK NeMo Gym pins (a field it requires, which a later SDK dropped, must be there)."""
+    import pydantic
+    from openai.types.chat import ChatCompletionChunk
+    from openai.types.responses import ResponseStreamEvent
+
+    models: dict[str, Any] = {"chunk": ChatCompletionChunk}
+    for member in typing.get_args(typing.get_args(ResponseStreamEvent)[0]):
+        (literal,) = typing.get_args(member.model_fields["type"].annotation)
+        models[literal] = member
+    _post(endpoint_port, "/_gym/faults", {"fault": turn, "times": 1})
+    if route == "responses":
+        body: dict[str, Any] = {"model": "m", "input": "what is 6 x 7?", "tools": TOOLS, "stream": True}
+    else:
+        function = {"name": "lookup", "parameters": {"type": "object", "properties": {}}}
+        messages = [{"role": "user", "content": "what is 6 x 7?"}]
+        tools = [{"type": "function", "function": function}]
+        body = {"model": "m", "messages": messages, "tools": tools, "stream": True}
+    path = "/v1/responses" if route == "responses" else "/v1/chat/completions"
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{endpoint_port}{path}",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        text = reply.read().decode()
+    found: dict[str, Any] = {"events": 0, "invalid": []}
+    for block in text.split("\n\n"):
+        data = "".join(line[6:] for line in block.splitlines() if line.startswith("data: "))
+        if not data or data == "[DONE]":
+            continue
+        found["events"] += 1
+        event = json.loads(data)
+        kind = event.get("type", "chunk") if route == "responses" else "chunk"
+        try:
+            models[kind].model_validate(event)
+        except (KeyError, pydantic.ValidationError) as error:
+            found["invalid"].append(f"{kind}: {error!r}"[:300])
+    return found
+
+
 def _tool_calls(response: NeMoGymResponse) -> int:
     return sum(1 for item in response.output if getattr(item, "type", None) == "function_call")
 
@@ -167,6 +214,9 @@ def main() -> None:
             results[f"openai_model responses {turn}"] = _check(openai_port, endpoint_port, "responses", turn)
             results[f"openai_model chat {turn}"] = _check(openai_port, endpoint_port, "chat", turn)
             results[f"vllm_model responses {turn}"] = _check(vllm_port, endpoint_port, "responses", turn)
+        for turn in STREAMED:
+            for route in ("responses", "chat"):
+                results[f"streamed {route} {turn}"] = _streamed(endpoint_port, route, turn)
     finally:
         stop_servers(processes)
     report(results)
