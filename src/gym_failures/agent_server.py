@@ -9,10 +9,11 @@ OpenAI-compatible model URL, answering `POST /run` in both protocols. NeMo Gym u
   `collect --agent-protocol nemo-gym` and NeMo Gym's own collector send it): the reply is the flat
   verify-response row NeMo Gym's `simple_agent` returns, the request's fields with `response` and
   `reward` over them, and the failures the episode recovered from (`_ng_failure_events`, with
-  `_ng_failure_id` null; NeMo Gym's collector keeps the body, not the report header); a failure is a flat failure row (`_ng_failure_class`, the failure's kind, and
-  `_ng_failure_terminal`, `_ng_failure_message`, `_ng_failure_stage`, with the attempt's report under
-  `_ng_failure_events`, `_ng_failure_id`, `_ng_failure_events_omitted`), no `reward` and no `response`,
-  as NeMo Gym's own failure rows;
+  `_ng_failure_id` null; NeMo Gym's collector keeps the body, not the report header); a failure is a
+  flat failure row (`_ng_failure_class`, the failure's kind, and `_ng_failure_terminal`,
+  `_ng_failure_message`, `_ng_failure_stage`, with the attempt's report under `_ng_failure_events`,
+  `_ng_failure_id`, `_ng_failure_events_omitted`), no `reward` and no `response`, as NeMo Gym's own
+  failure rows;
 - any other body is gym-failures' protocol (`gym_failures.agent.run_route`): `{"task", "rollout_id",
   "attempt"}` in, a `BaseEpisodeResponse` out; a body that is neither is answered 400,
   `environment_protocol_violation`.

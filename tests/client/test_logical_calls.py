@@ -374,12 +374,15 @@ def test_sdk_failure_of_a_body_the_sdk_could_not_parse_is_the_attempts_failure(
 
     queue(endpoint, "malformed_chunk", stream=False)
     sent = Sent()
-    with client(endpoint, sent) as sdk, RequestFailureLog.capture() as log:
-        with logical_call() if in_a_call else contextlib.nullcontext():
-            try:
-                sdk.responses.create(model="m", input="hello")
-            except json.JSONDecodeError as error:
-                failure = sdk_failure(error)
+    with (
+        client(endpoint, sent) as sdk,
+        RequestFailureLog.capture() as log,
+        logical_call() if in_a_call else contextlib.nullcontext(),
+    ):
+        try:
+            sdk.responses.create(model="m", input="hello")
+        except json.JSONDecodeError as error:
+            failure = sdk_failure(error)
     ((_, _, announced),) = sent.attempts
     assert (failure.failure_kind, failure.event_id) == ("provider_protocol_error", announced)
     assert isinstance(failure, ModelFailure)

@@ -14,11 +14,11 @@ config in `NEMO_GYM_CONFIG_DICT`, as NeMo Gym's `RunHelper` starts them (nemo_gy
   `NeMoGymResponse` from the reply.
 
 For each turn (a plain answer, one cut at the token limit, an empty one, a tool call; queued on the
-endpoint for one request), this posts a Responses request to each model server's `/v1/responses`, and
-a Chat Completions request to the OpenAI model server's `/v1/chat/completions`, and validates each
-reply again here with NeMo Gym's models; and streams each turn (and a tool call with bad arguments)
-from the endpoint itself in both APIs, each event validated with the openai SDK NeMo Gym pins. Reports, per server, route and turn: the HTTP status, whether
-the reply validated, and its status or finish reason.
+endpoint for one request), this posts a Responses request to each model server's `/v1/responses`, and a
+Chat Completions request to the OpenAI model server's `/v1/chat/completions`, and validates each reply
+again here with NeMo Gym's models; and streams each turn (and a tool call with bad arguments) from the
+endpoint itself in both APIs, each event validated with the openai SDK NeMo Gym pins. Reports, per
+server, route and turn: the HTTP status, whether the reply validated, and its status or finish reason.
 """
 
 from __future__ import annotations
