@@ -1,6 +1,7 @@
 """Each run counted by its own evidence: its materialized inputs if it has them, else its manifest,
-added up (a run with materialized inputs beside one with only a manifest); and a run counted against
-its materialized inputs read whole, whichever of its row files was named."""
+else the rollouts it shows, added up (a run with materialized inputs beside one with only a
+manifest); and a run counted against its materialized inputs read whole, whichever of its row files
+was named."""
 
 from __future__ import annotations
 
@@ -92,20 +93,11 @@ def test_a_runs_failures_named_alone_are_read_with_its_successes(tmp_path: Path)
     assert f"reading {run / 'rollouts.jsonl'} too: the successes of {failures}'s run" in stderr
 
 
-def test_a_file_of_no_run_is_counted_with_the_runs_beside_it(tmp_path: Path) -> None:
+def test_a_file_of_no_run_is_a_run_of_its_own(tmp_path: Path) -> None:
+    """Its rollout ids are its own: counted by the rollouts it shows (the sum then cannot count a
+    rollout that left no row: `rows_seen`), never settling the run's."""
     run = _run(tmp_path / "run", tasks=2, inventory=True)
-    stray = _write(tmp_path / "stray.jsonl", [_success(7)])
+    stray = _write(tmp_path / "stray.jsonl", [_success(7), _success(1)])
     coverage = read_coverage([*row_files(run), stray])
-    assert (coverage.expected, coverage.unexpected, coverage.expected_source) == (2, 1, "materialized_inputs")
-
-
-def test_summarize_says_what_the_runs_owe_and_where_it_read_it(tmp_path: Path) -> None:
-    new = _run(tmp_path / "new", tasks=4, inventory=True)
-    old = _run(tmp_path / "old", tasks=3, inventory=False)
-    summary = summarize([old])
-    assert (summary.expected_rollouts, summary.missing_rollouts) == (3, None), "a count, no names"
-    code, stdout, _ = run_cli("summarize", new, old)
-    assert code == 0
-    assert "7 rollouts expected, 0 left no row at all" in " ".join(stdout.split())
-    code, stdout, _ = run_cli("summarize", old)
-    assert "3 rollouts expected (" in " ".join(stdout.split())
+    assert (coverage.expected, coverage.unexpected, coverage.expected_source) == (4, 0, "rows_seen")
+    assert (coverage.scored, coverage.failed["evaluation"]) == (3, 1), "the run's failure of 1:0 stays"

@@ -7,9 +7,11 @@ module, each with its part of the contract in its docstring:
 
 - `_answers`: a success row's answer and verification (the success-row contract), and the rules that
   derive a gate class from them (`DEFAULT_RULES`, in precedence order, and why that order);
-- `_coverage`: what the rows cover, each rollout counted once (`Coverage`, `rollout_coverage`,
-  `read_coverage`), where `expected` comes from, and which results are tainted (`tainted_failure`:
-  a success built on a call that ended in failure);
+- `_coverage`: what the rows cover, each rollout counted once (`Coverage`, `rollout_coverage`),
+  where `expected` comes from, and which results are tainted (`tainted_failure`: a success built on
+  a call that ended in failure);
+- `_runs`: row files read into one coverage (`read_coverage`), each run counted on its own (its
+  rollout ids are its own) and the runs added up;
 - `_groups`: the prompt groups against a minimum of valid members each (`GroupCoverage`): complete,
   short and lost groups, and the valid rollouts a trainer that drops short groups wastes;
 - `_verdict`: the coverage against `GateThresholds` (`check`, `GateVerdict`);
@@ -35,14 +37,9 @@ from gym_failures.gate._answers import (
     output_text,
     truncated_answer,
 )
-from gym_failures.gate._coverage import (
-    Coverage,
-    gate_kind_class,
-    read_coverage,
-    rollout_coverage,
-    tainted_failure,
-)
+from gym_failures.gate._coverage import Coverage, gate_kind_class, rollout_coverage, tainted_failure
 from gym_failures.gate._groups import MAX_LISTED_SHORT, GroupCoverage, group_coverage
+from gym_failures.gate._runs import read_coverage
 from gym_failures.gate._table import (
     COVERAGE_COLUMNS,
     CoverageRow,

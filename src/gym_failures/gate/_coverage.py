@@ -26,9 +26,8 @@ from the collection manifests (`<output>.manifest.json`, `expected_rollouts`: ta
 `num_repeats`; several runs' files sum their runs', `"manifest"`); else it is the number of distinct
 rollouts seen (`"rows_seen"`). The last cannot count a rollout that left no row at all as missing,
 so the verdict then carries a warning (`GateVerdict.warnings`); it does not fail the run by itself.
-Each run is counted by its own: its materialized inputs if it has them, else its manifest; runs of the
-two kinds are counted apart and added up, as `"manifest"` (a count: only the runs with materialized
-inputs name their missing rollouts).
+Each run is counted by its own: its materialized inputs if it has them, else its manifest, else the
+rollouts it shows; several runs are counted apart and added up (`gym_failures.gate._runs`).
 
 With the materialized inputs, the gate knows which rollouts are owed, not only how many: a rollout in
 them that left no row at all (killed mid-flight: NeMo Gym's kill-shaped rows are never saved; or
@@ -55,7 +54,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 from gym_failures import failure_kinds
@@ -75,21 +73,12 @@ from gym_failures.failure_kinds import (
 )
 from gym_failures.gate._answers import DEFAULT_RULES, GateRule, derive_gate_kind, has_verdict
 from gym_failures.gate._groups import GroupCoverage, group_coverage
-from gym_failures.nemo_gym import (
-    FAILURE_HTTP_STATUS,
-    Inventory,
-    degraded_kind,
-    max_rollout_attempts,
-    read_inventory,
-)
+from gym_failures.nemo_gym import FAILURE_HTTP_STATUS, Inventory, degraded_kind, max_rollout_attempts
 from gym_failures.rows import (
-    JsonlScan,
     is_not_persisted,
     is_rollout_row,
     normalized,
-    read_rows,
     rollout_id,
-    run_expectations,
 )
 
 _STAGES: frozenset[str] = frozenset(get_args(FailureStage))
@@ -364,7 +353,8 @@ def rollout_coverage(
     """The coverage of `rows` (in any supported form; each is normalized first, `max_attempts` being
     the budget that makes a NeMo Gym failure row final: NeMo Gym's own when None). With an
     `inventory` (the run's materialized inputs) and no `expected`, the inventory's rollouts are the
-    rollouts expected (see the module docstring). `score_tainted` judges a tainted result as any
+    rollouts expected (see the module docstring); with both, the inventory still names each group's
+    members. `score_tainted` judges a tainted result as any
     success (counted apart all the same). With `min_valid_per_group`, the prompt groups are counted
     against that many valid members each (`Coverage.groups`)."""
     outcomes: dict[str, _Outcome] = {}
@@ -420,12 +410,14 @@ def rollout_coverage(
     coverage = _coverage(outcomes, len(seen), retried, other, expected, score_tainted)
     coverage = replace(coverage, unfinished_attempts=unfinished)
     owed = None
-    if inventory is not None and expected is None:
-        coverage = _against_inventory(coverage, outcomes, seen, inventory)
+    if inventory is not None:
         owed = [rollout_id(*key) for key in inventory.keys]
+        if expected is None:
+            coverage = _against_inventory(coverage, outcomes, seen, inventory)
     if min_valid_per_group is not None:
         categories = {key: outcome.category for key, outcome in outcomes.items()}
-        coverage = replace(coverage, groups=group_coverage(categories, min_valid_per_group, owed))
+        groups = group_coverage(categories, min_valid_per_group, owed, seen=seen)
+        coverage = replace(coverage, groups=groups)
     return replace(coverage, not_persisted_rows=not_persisted) if not_persisted else coverage
 
 
@@ -503,98 +495,4 @@ def _coverage(
         missing=max(0, expected - len(outcomes)),
         unexpected=max(0, len(outcomes) - expected),
         other_rows=other,
-    )
-
-
-def read_coverage(
-    paths: Iterable[Path],
-    expected: int | None = None,
-    rules: Sequence[GateRule] = DEFAULT_RULES,
-    config: failure_kinds.FailureClassificationConfig | None = None,
-    max_attempts: int | None = None,
-    score_tainted: bool = False,
-    min_valid_per_group: int | None = None,
-) -> Coverage:
-    """The coverage of the rows in `paths` (success and failure files, in any order).
-
-    Without `expected`, each run's materialized inputs give its expected rollouts, else its
-    collection manifest (see the module docstring); a run counted against its materialized inputs
-    is read whole (`gym_failures.rows.run_expectations`). Runs of the two kinds are counted apart and
-    added up; `expected_source` is then `"manifest"`: a count, whose missing rollouts are named only
-    for the runs with materialized inputs. A file of no run with either beside it is counted with the
-    runs that have them (its outcomes are unexpected, as any outcome beyond what they owe). Invalid
-    lines and a torn last line are skipped and counted, as `read_rows` reads them.
-    """
-    paths = list(paths)
-    options = (score_tainted, min_valid_per_group)
-    if expected is not None:
-        return _read_coverage(paths, expected, rules, config, max_attempts, None, options)
-    runs = run_expectations(paths)
-    parts: list[Coverage] = []
-    inventoried, counted = runs.inventoried, runs.counted
-    if inventoried:
-        inventoried = [*inventoried, *runs.others]
-    elif counted:
-        counted = [*counted, *runs.others]
-    if inventoried:
-        inventory = read_inventory(runs.inventories)
-        parts.append(_read_coverage(inventoried, None, rules, config, max_attempts, inventory, options))
-    if counted:
-        coverage = _read_coverage(counted, runs.expected, rules, config, max_attempts, None, options)
-        manifests = [str(path) for path in runs.manifests]
-        parts.append(replace(coverage, expected_source="manifest", manifests=manifests))
-    if not parts:
-        return _read_coverage(runs.others, None, rules, config, max_attempts, None, options)
-    return parts[0] if len(parts) == 1 else _added(*parts)
-
-
-def _read_coverage(
-    paths: Sequence[Path],
-    expected: int | None,
-    rules: Sequence[GateRule],
-    config: failure_kinds.FailureClassificationConfig | None,
-    max_attempts: int | None,
-    inventory: Inventory | None = None,
-    options: tuple[bool, int | None] = (False, None),
-) -> Coverage:
-    scans: list[JsonlScan] = []
-
-    def rows() -> Iterable[dict[str, Any]]:
-        for path in paths:
-            scan = JsonlScan(path)
-            scans.append(scan)
-            yield from read_rows(path, scan, max_attempts)
-
-    coverage = rollout_coverage(rows(), expected, rules, config, max_attempts, inventory, *options)
-    return replace(
-        coverage,
-        invalid_lines=sum(len(scan.invalid_lines) for scan in scans),
-        torn_tails=sum(scan.torn_tail is not None for scan in scans),
-    )
-
-
-def _added(inventoried: Coverage, counted: Coverage) -> Coverage:
-    """The coverage of runs counted against their materialized inputs and of runs counted against
-    their manifests, added up: every count summed, the missing rollouts named as the first names them
-    (the second names none), the source `"manifest"` (a count, not every missing rollout named)."""
-    update: dict[str, Any] = {}
-    for item in fields(Coverage):
-        first, second = getattr(inventoried, item.name), getattr(counted, item.name)
-        if item.type == "int":
-            update[item.name] = first + second
-        elif item.type == "dict[str, int]":
-            total = Counter(first)
-            total.update(second)
-            # The class counts keep their classes' order, with zeros; the counts by kind, most first.
-            by_class = item.name in ("failed", "gate_derived", "tainted_by_class")
-            update[item.name] = {key: total[key] for key in first} if by_class else dict(total.most_common())
-    groups = inventoried.groups
-    if groups is not None and counted.groups is not None:
-        groups = groups.added(counted.groups)
-    return replace(
-        inventoried,
-        **update,
-        groups=groups,
-        expected_source="manifest",
-        manifests=sorted([*inventoried.manifests, *counted.manifests]),
     )

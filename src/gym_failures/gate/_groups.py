@@ -121,18 +121,18 @@ def group_coverage(
     outcomes: Mapping[str, str],
     min_valid: int,
     owed: Iterable[str] | None = None,
+    *,
+    seen: Iterable[str] = (),
 ) -> GroupCoverage:
     """The groups of `outcomes` (rollout id to its outcome category), each needing `min_valid` valid
-    members; `owed`, the rollout ids the materialized inputs owe (None without them)."""
+    members; `owed`, the rollout ids the materialized inputs owe (None without them), else the
+    rollouts `seen` (any row) and those with an outcome: a rollout whose rows are all attempts not yet
+    final is a member, missing."""
     members: dict[str, Counter[str]] = {}
-    if owed is not None:
-        for rollout in owed:
-            members.setdefault(task_of(rollout), Counter())["owed"] += 1
+    for rollout in owed if owed is not None else {*seen, *outcomes}:
+        members.setdefault(task_of(rollout), Counter())["owed"] += 1
     for rollout, category in outcomes.items():
-        tally = members.setdefault(task_of(rollout), Counter())
-        tally[member_state(category)] += 1
-        if owed is None:
-            tally["owed"] += 1
+        members.setdefault(task_of(rollout), Counter())[member_state(category)] += 1
     totals: Counter[str] = Counter()
     sizes: Counter[int] = Counter()
     short_groups: list[str] = []
