@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING
 
 from gym_failures.cli._exits import EXIT_OK, CommandError
 from gym_failures.cli._inputs import row_inputs, writable_file
-from gym_failures.cli._options import Subcommands, add_command, add_json_option, add_paths_argument
+from gym_failures.cli._options import (
+    Subcommands,
+    add_command,
+    add_json_option,
+    add_paths_argument,
+    at_least,
+)
 from gym_failures.cli._text import plural, print_json, warn
 
 if TYPE_CHECKING:
@@ -48,6 +54,13 @@ def add_summarize(commands: Subcommands) -> None:
         help="also write a self-contained HTML report to FILE: charts, the gate's verdict and the "
         "failed attempt with the longest cause chain",
     )
+    parser.add_argument(
+        "--min-valid-per-group",
+        type=at_least(1),
+        metavar="K",
+        help="with --html: count the prompt groups in the report's verdict, as `gate "
+        "--min-valid-per-group K` does (a group with fewer than K valid members is short)",
+    )
 
 
 def _run_summarize(arguments: argparse.Namespace) -> int:
@@ -61,6 +74,8 @@ def _run_summarize(arguments: argparse.Namespace) -> int:
     html: Path | None = arguments.html
     if html is not None:
         writable_file(html, "--html")
+    elif arguments.min_valid_per_group is not None:
+        raise CommandError("--min-valid-per-group counts the groups of the HTML report: give --html FILE")
     size = sum(path.stat().st_size for path in files)
     with progress_bar(size > PROGRESS_MIN_BYTES, "summarizing") as update:
         on_progress = None if update is None else (lambda percent: update(percent, 100.0))
@@ -70,7 +85,8 @@ def _run_summarize(arguments: argparse.Namespace) -> int:
             raise CommandError(f"could not read the rows: {str(error).splitlines()[0]}") from None
     _check_summary(summary, files)
     if html is not None:
-        html.write_text(_html_report(summary, files), encoding="utf-8")
+        report = _html_report(summary, files, arguments.min_valid_per_group)
+        html.write_text(report, encoding="utf-8")
     if arguments.json_output:
         print_json(summary.model_dump_json(indent=2))
     else:
@@ -93,10 +109,11 @@ def _check_summary(summary: Summary, files: Sequence[Path]) -> None:
         warn(f"{lines} (not JSON, or neither a result nor a failure)")
 
 
-def _html_report(summary: Summary, files: Sequence[Path]) -> str:
+def _html_report(summary: Summary, files: Sequence[Path], min_valid_per_group: int | None) -> str:
     from gym_failures import gate as acceptance
     from gym_failures.reporting.explain import longest_chain, with_retried
     from gym_failures.reporting.html import render_html
 
-    verdict = acceptance.check(acceptance.read_coverage(files), acceptance.GateThresholds())
+    coverage = acceptance.read_coverage(files, min_valid_per_group=min_valid_per_group)
+    verdict = acceptance.check(coverage, acceptance.GateThresholds())
     return render_html(summary, verdict=verdict, explanation=with_retried(longest_chain(files), files))
