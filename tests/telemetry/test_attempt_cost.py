@@ -3,6 +3,7 @@ attempts as histograms, its tokens as a counter by side; nothing for a row that 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ _FAILED = {
     "nemo.gym.rollout.dispatch.name": "agent",
     "nemo.gym.failure_class": "model",
     "nemo.gym.failure_kind": "model_server_error",
+    "nemo.gym.rollout.rerun": False,
 }
 
 
@@ -89,6 +91,33 @@ def _costed(row: dict[str, Any]) -> dict[str, Any]:
 def test_a_rows_outcome_carries_its_cost(row: dict[str, Any]) -> None:
     assert rollout_outcome(_costed(row)).cost == RowCost(1.25, 40, 2, 2, 4, 2)
     assert rollout_outcome(saved(row)).cost is NO_COST
+
+
+@pytest.mark.parametrize(
+    ("row", "rerun"),
+    [
+        (success_row("0:0", attempt=1), False),
+        (success_row("0:0", attempt=2), True),
+        (failure_row(model_503_chain(), "0:0", attempt=3, final=False), True),
+        ({"_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 1.0, "response": {}}, False),
+        ({"_ng_task_index": 0, "_ng_rollout_index": 0, "_ng_attempt_index": 1, "reward": 1.0}, True),
+        ({"_ng_task_index": 0, "_ng_rollout_index": 0, "_ng_attempt_index": "1", "reward": 1.0}, False),
+    ],
+)
+def test_a_rows_outcome_says_whether_it_is_a_rerun(row: dict[str, Any], rerun: bool) -> None:
+    assert rollout_outcome(saved(row)).rerun is rerun
+
+
+def test_reruns_cost_is_recorded_apart(telemetry: Telemetry) -> None:
+    """What retrying cost, queryable: the same failure on a first attempt and on a re-run are two
+    series (`nemo.gym.rollout.rerun`)."""
+    cost = RowCost(2.0, 10, 1, model_calls=1, model_attempts=1, failed_model_attempts=1)
+    record_rollout(_failed(cost), "agent")
+    record_rollout(replace(_failed(cost), rerun=True), "agent")
+    record_rollout(replace(_failed(cost), rerun=True), "agent")
+    durations = telemetry.points()[ATTEMPT_DURATION]
+    by_rerun = {point.attributes["nemo.gym.rollout.rerun"]: point.total for point in durations}
+    assert by_rerun == {False: 2.0, True: 4.0}
 
 
 def test_a_bad_cost_key_is_left_out_not_recorded_as_zero() -> None:

@@ -78,7 +78,11 @@ async def test_a_demo_sized_collection_counts_every_saved_attempt(
             )
             failures[key] += int(point.value)
         else:
-            assert set(attributes) == {"nemo.gym.rollout.outcome", "nemo.gym.rollout.dispatch.name"}
+            assert set(attributes) == {
+                "nemo.gym.rollout.outcome",
+                "nemo.gym.rollout.dispatch.name",
+                "nemo.gym.rollout.rerun",
+            }
 
     success_rows = list(read_rows(config.output_path))
     failure_rows = list(read_rows(config.failures_path))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
 from gym_failures.failure_kinds import FailureStage, classify_failure
@@ -55,6 +55,9 @@ class RolloutOutcome:
     """A scored result that names a `failure_kind` without `mask_sample`: measured, but degraded."""
     cost: RowCost = NO_COST
     """What the row says the attempt cost: nothing reported unless the row carries the cost keys."""
+    rerun: bool = False
+    """Whether the attempt is a re-run: past its rollout's first (its attempt number above 1), as
+    `summarize` counts what re-runs cost."""
 
 
 def _success_outcome(row: Mapping[str, Any], cost: RowCost) -> RolloutOutcome:
@@ -79,7 +82,15 @@ def _success_outcome(row: Mapping[str, Any], cost: RowCost) -> RolloutOutcome:
 
 
 def rollout_outcome(row: Mapping[str, Any]) -> RolloutOutcome:
-    """The outcome of a row the collector wrote (a success row or a failure row), with its cost."""
+    """The outcome of a row the collector wrote (a success row or a failure row), with its cost and
+    whether it is a re-run."""
+    from gym_failures.rows import normalized
+
+    attempt = normalized(row).get("attempt")
+    return replace(_outcome(row), rerun=type(attempt) is int and attempt > 1)
+
+
+def _outcome(row: Mapping[str, Any]) -> RolloutOutcome:
     cost = row_cost(row)
     # A NeMo Gym agent's flat failure row (`collect --agent-protocol nemo-gym`) has no `failure`: its
     # `_ng_failure_class` says it failed, and names its kind.

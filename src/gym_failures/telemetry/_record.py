@@ -76,6 +76,8 @@ ROLLOUT_OUTCOME = "nemo.gym.rollout.outcome"
 DISPATCH_NAME = "nemo.gym.rollout.dispatch.name"
 FAILURE_CLASS = "nemo.gym.failure_class"
 FAILURE_KIND = "nemo.gym.failure_kind"
+RERUN = "nemo.gym.rollout.rerun"
+"""Whether a finished attempt is a re-run (past its rollout's first): what retrying cost, apart."""
 FAILURE_TYPE = "nemo.gym.failure_type"
 BOUNDARY = "nemo.gym.boundary"
 STAGE = "nemo.gym.stage"
@@ -311,7 +313,11 @@ def record_rollout(outcome: RolloutOutcome, dispatch_name: str) -> None:
     if instruments is None:
         return
     try:
-        attributes: dict[str, str | int] = {ROLLOUT_OUTCOME: outcome.outcome, DISPATCH_NAME: dispatch_name}
+        attributes: dict[str, str | int | bool] = {
+            ROLLOUT_OUTCOME: outcome.outcome,
+            DISPATCH_NAME: dispatch_name,
+            RERUN: outcome.rerun,
+        }
         if outcome.failure_class is not None:
             attributes[FAILURE_CLASS] = outcome.failure_class
         if outcome.failure_kind is not None:
@@ -328,7 +334,7 @@ def record_rollout(outcome: RolloutOutcome, dispatch_name: str) -> None:
         LOGGER.debug("could not record a rollout (%s)", type(error).__name__)
 
 
-def _record_cost(instruments: _AttemptCost, cost: RowCost, attributes: dict[str, str | int]) -> None:
+def _record_cost(instruments: _AttemptCost, cost: RowCost, attributes: dict[str, str | int | bool]) -> None:
     if cost.seconds is not None:
         instruments.duration.record(cost.seconds, attributes)
     if cost.model_attempts is not None:
