@@ -122,12 +122,26 @@ class CollectionConfig(BaseModel):
     `nemo-gym`, NeMo Gym's own agents' `/run` (`gym_failures.collection._nemo_gym_protocol`: the
     materialized row in, the flat verify response out, stored as NeMo Gym stores it)."""
 
+    @field_validator("output_path", mode="before")
+    @classmethod
+    def _new_directory(cls, value: object) -> object:
+        # `"run/"` (a trailing slash, no such directory yet) is a run directory to make, its rows
+        # `run/rollouts.jsonl`, as `collect --output run/` takes it; `Path` would drop the slash.
+        if isinstance(value, str) and value.endswith(("/", os.sep)) and not Path(value).exists():
+            return Path(value) / "rollouts.jsonl"
+        return value
+
     @field_validator("output_path")
     @classmethod
     def _rows_file(cls, value: Path, info: ValidationInfo) -> Path:
         tasks = info.data.get("input_path")
         tasks = tasks.resolve() if isinstance(tasks, Path) else None
         rows = cls._run_directory(value, tasks)
+        if rows.suffix != ".jsonl":
+            raise ValueError(
+                f"output_path {str(value)[:200]!r} is no directory and does not end in .jsonl: the "
+                "readers find a run's rows and their failures by that name"
+            )
         # The rows or their failures file being the task file would append rows to the tasks.
         if tasks is not None and tasks in (rows.resolve(), failures_path(rows).resolve()):
             which = "rows" if tasks == rows.resolve() else "failure rows"
