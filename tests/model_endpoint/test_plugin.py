@@ -153,7 +153,7 @@ def test_agent(model_endpoint):
 
 def test_the_verdict_uses_the_clients_record_when_it_has_one(pytester: pytest.Pytester) -> None:
     """The agent runs gym-failures' hook but ignores what it saw: the cut's event id is in its
-    record as its reply's own failure (a success would be built on it), so the cut taken as an answer
+    record as the end of its call, and no failure of the agent names it, so the cut taken as an answer
     fails with the record as without it. The agent's own failure naming the cut resolves it: then it
     is a give-up with attempts left."""
     pytester.makepyfile(agent=CAREFUL_AGENT)
@@ -171,9 +171,10 @@ def test_agent(model_endpoint):
     assert cut.event_id in model_endpoint.client_log.report.events
     with_record = model_endpoint.verdict()
     assert [(f.finding, f.severity) for f in with_record.findings] == [("cut_stream_accepted", "failure")]
-    # The hook saw the cut, and the agent's log names it as its reply's own failure: a success built
-    # on it, which the record shows (seen is not handled).
-    assert "a success built on it" in with_record.findings[0].message
+    # The hook saw the cut, and the agent's log ends its call in it: no failure of the agent names it
+    # (seen is not handled), and the finding says how to pass the failure an agent raised.
+    assert "the client's log ends its call in event" in with_record.findings[0].message
+    assert "pass that failure" in with_record.findings[0].message
     assert with_record.findings[0].event_ids == [cut.event_id]
     alone = model_endpoint.verdict(client=None)
     assert [f.finding for f in alone.findings] == ["cut_stream_accepted"]
@@ -206,7 +207,7 @@ def test_naive(model_endpoint):
     assert not model_endpoint.client_log.is_empty()   # the hook saw the cut
     with pytest.raises(AssertionError, match="cut_stream_accepted") as raised:
         model_endpoint.assert_recovered()
-    assert "a success built on it" in str(raised.value)
+    assert "the client's log ends its call in event" in str(raised.value)
     assert "2 attempts of 2 calls" in str(raised.value)
 
 def test_reissued_in_its_call(model_endpoint):

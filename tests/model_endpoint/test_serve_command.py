@@ -163,13 +163,16 @@ def test_a_run_logs_only_what_went_wrong_unasked_and_writes_its_verdict(tmp_path
     assert len(document["journal"]) == 4
     findings = {finding["finding"] for finding in document["verdict"]["findings"]}
     # The same body four times in a row, no call identity: one call by guess, each attempt after the
-    # last one failed. A 429 not waited for (a warning on a guess), and the call ended in a cut stream
-    # (a failure); no backoff after the 500 and the drop when they came within 50 ms.
+    # last one failed. A 429 not waited for (a warning on a guess), failures a guess cannot prove
+    # recovered (the 429, the 500, the drop: another rollout of the prompt sends the same body), and
+    # the call ended in a cut stream (a failure); no backoff after the 500 and the drop when they came
+    # within 50 ms.
     assert document["verdict"]["calls_by_basis"]["guess"] == 1
-    assert {"retry_after_ignored", "cut_stream_accepted"} <= findings
-    assert findings <= {"retry_after_ignored", "cut_stream_accepted", "no_backoff"}
+    assert {"retry_after_ignored", "cut_stream_accepted", "recovery_unproven"} <= findings
+    assert findings <= {"retry_after_ignored", "cut_stream_accepted", "recovery_unproven", "no_backoff"}
     severity = {f["finding"]: f["severity"] for f in document["verdict"]["findings"]}
     assert (severity["retry_after_ignored"], severity["cut_stream_accepted"]) == ("warning", "failure")
+    assert severity["recovery_unproven"] == "failure"
     done = subprocess.run(
         [sys.executable, "-m", "gym_failures.cli", "verdict", str(verdict_file)],
         cwd=ROOT,

@@ -11,7 +11,8 @@ Each attempt is grouped by the first basis it allows (`BASES`):
     sdk      no call id, but the official SDKs' `x-stainless-retry-count`: a count of 0 opens a new
              call; a count n > 0 joins the most recent open sdk call with the same body whose last
              attempt had count n - 1 and failed before this one started; if none fits, it opens its
-             own call.
+             own call. When several fit (rollouts of one prompt, each waiting to retry), which one it
+             retried is a guess: the call is `ambiguous`.
     guess    neither: it joins the most recent guessed call with the same body whose last attempt
              FAILED and ENDED before it started (nobody retries a success, and an attempt that
              overlaps another is not its retry); otherwise it opens a new call.
@@ -57,6 +58,9 @@ class Call:
     """`id:<call id>`, or `<request>@<index of its first attempt>` for the sdk and guess bases."""
     basis: Basis
     attempts: list[Attempt] = field(default_factory=list)
+    ambiguous: bool = False
+    """An SDK retry joined this call while several open calls with its body awaited one: which of
+    them it retried is a guess (their timing findings are warnings)."""
 
     @property
     def last(self) -> Attempt:
@@ -122,7 +126,10 @@ def group_calls(attempts: Iterable[Attempt]) -> list[Call]:
         waiting = open_calls.setdefault((basis, attempt.request), {})
         joined = None
         if basis == "guess" or attempt.sdk_retry_count:
-            joined = next((c for c in reversed(waiting.values()) if _retries(c.last, attempt, basis)), None)
+            fits = (c for c in reversed(waiting.values()) if _retries(c.last, attempt, basis))
+            joined = next(fits, None)
+            if joined is not None and basis == "sdk" and next(fits, None) is not None:
+                joined.ambiguous = True
         if joined is None:
             joined = opened(attempt, basis, f"{attempt.request}@{attempt.index}")
         else:

@@ -19,7 +19,13 @@ calls, attempts and event ids behind it:
     malformed_chunk_ignored failure  a call ended in a stream with an event that is not JSON, and no
                                      failure of the agent names it
     failure_accepted        failure  the client's record holds a success built on a call that ended
-                                     in this fault (its row's `failure_id` names it)
+                                     in this fault (its row's `failure_id` names it), or its log
+                                     ends the call in it and no failure of the agent names it
+    failure_unhandled       failure  a call spent its attempts on a failure a retry can recover from,
+                                     and no failure of the agent names it (from the journal alone:
+                                     the client's record would tell)
+    recovery_unproven       failure  on a guessed call, a failed attempt was followed by one with the
+                                     same body: its retry or another rollout's call, nobody can tell
     gave_up                 failure  a call ended in a failure a retry can recover from, with fewer
                                      than `max_attempts` attempts (a warning with `allow_give_up`)
     no_backoff              warning  a retry after a failure without Retry-After came at once (under
@@ -32,17 +38,23 @@ calls, attempts and event ids behind it:
 Seen is not handled. The one piece of evidence that resolves a call that ended in a fault is the
 agent's own failure naming it (`ClientRecord.failed_ids`: handling by failing; a call that could
 still have been retried is then `gave_up`). Evidence of having SEEN a fault (its id in a log, in a
-success row, anywhere) never resolves anything. More evidence may add findings (`failure_accepted`,
-`unmatched_fault`, a stream finding from `accepted_ids`); it never turns a finding into a pass except
-by that one case. Without a client's record, a call that ended in a broken stream is judged from the
-journal alone, and the finding says so.
+success row, anywhere) never resolves anything. So the journal alone never passes a call that ended
+in an injected fault: it cannot know whether the agent failed with it or answered anyway, and says
+so (`failure_unhandled`, or a stream's finding). More evidence may add findings (`failure_accepted`,
+`unmatched_fault`, a stream finding from `accepted_ids`); it turns a finding into a pass only by that
+one piece of evidence, the agent's failure naming the fault. Nor does a guess: a later attempt with
+the same body never resolves a failed attempt of a guessed call (`recovery_unproven`), since another
+rollout of the same prompt sends that body too.
 
 Decisions:
 - Timing findings (`retry_after_ignored`, `no_backoff`, `retried_non_retryable`) are judged only
   between consecutive attempts of one call, and only when the later one arrived after the client
   could know of the failure (an attempt that overlaps the failure is not a reaction to it). On a
   guessed call they are warnings, and say the grouping was guessed. `retry_storm` is raised only on
-  calls grouped by call id or SDK retry count, never on a guess.
+  calls grouped by call id or SDK retry count, never on a guess. An SDK retry that several open
+  calls with its body awaited (`Call.ambiguous`) has its timing findings as warnings too.
+- A reply the client left (`disconnected`) with no fault injected is the client's choice (a `break`,
+  its own timeout on a slow reply): no give-up.
 - Waits are measured on the server, from the moment the client could know of the failure (a failed
   status: its status line; a broken reply: its end) to the next attempt's arrival. A client that
   waited W seconds after learning of it arrives at least W later, so the check has only
@@ -62,6 +74,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -94,6 +107,8 @@ FINDINGS: Mapping[str, Severity] = {
     "failed_stream_accepted": "failure",
     "malformed_chunk_ignored": "failure",
     "failure_accepted": "failure",
+    "failure_unhandled": "failure",
+    "recovery_unproven": "failure",
     "gave_up": "failure",
     "no_backoff": "warning",
     "no_read_timeout": "warning",
@@ -115,6 +130,7 @@ _STREAM_FINDINGS = {
     "malformed": ("malformed_chunk_ignored", "a stream event was not JSON"),
 }
 _GUESSED = "; grouping guessed: the client sent no call identity"
+_AMBIGUOUS = "; which call this retried is a guess: several calls with its body awaited a retry"
 
 
 class Finding(BaseModel):
@@ -177,15 +193,18 @@ class ClientRecord(BaseModel):
     """What a client's own record says of the faults (`client_record` reads it):
 
     `failed_ids`: the event ids an agent's failure names (handled by failing); `accepted_ids`: the
-    event ids a success was built on (a success row's `failure_id` and its cause chain); `seen_ids`:
-    every event id of every source, the others' included; `attempt_ids`: the attempt ids its events
-    name (`<call id>.<attempt>`); `omitted`: the record was cut short, so an absence proves nothing.
+    event ids a success was built on (a success row's `failure_id` and its cause chain); `ended_ids`:
+    the event ids a log ends a call in (its own report's `failure_id` and chain: whether the agent
+    then answered or raised, a log does not say); `seen_ids`: every event id of every source, the
+    others' included; `attempt_ids`: the attempt ids its events name (`<call id>.<attempt>`);
+    `omitted`: the record was cut short, so an absence proves nothing.
     """
 
     model_config = ConfigDict(frozen=True)
 
     failed_ids: frozenset[str] = frozenset()
     accepted_ids: frozenset[str] = frozenset()
+    ended_ids: frozenset[str] = frozenset()
     seen_ids: frozenset[str] = frozenset()
     attempt_ids: frozenset[str] = frozenset()
     omitted: bool = False
@@ -205,7 +224,8 @@ def client_record(*sources: object) -> ClientRecord:
       and its cause chain; any other id of a row is only seen. A row is read, never trusted: a bad
       value is no evidence, and no row raises;
     - an `NgFailureEvent` (a failure the agent raised): every event of its chain, failed;
-    - a `RequestFailureLog`, a `FailureReport`, an event id (a string): seen only.
+    - a `RequestFailureLog`: seen, and the call its own report's failure ends (`ended_ids`);
+    - a `FailureReport`, an event id (a string): seen only.
 
     Anything else is a `TypeError`."""
     from gym_failures.failure_records import FailureReport
@@ -213,19 +233,16 @@ def client_record(*sources: object) -> ClientRecord:
     from gym_failures.failures import NgFailureEvent
     from gym_failures.rows import is_rollout_row, normalized
 
-    failed_ids: set[str] = set()
-    accepted_ids: set[str] = set()
-    seen_ids: set[str] = set()
-    attempt_ids: set[str] = set()
+    ids: dict[str, set[str]] = {name: set() for name in ("failed", "accepted", "ended", "seen", "attempt")}
     omitted = False
 
     def seen(report: FailureReport) -> list[str]:
         nonlocal omitted
         omitted = omitted or report.omitted
         for event_id, event in report.events.items():
-            seen_ids.add(event_id)
+            ids["seen"].add(event_id)
             if event.attempt_id is not None:
-                attempt_ids.add(event.attempt_id)
+                ids["attempt"].add(event.attempt_id)
         return list(report.events)
 
     def row(source: Mapping[Any, Any]) -> None:
@@ -233,32 +250,28 @@ def client_record(*sources: object) -> ClientRecord:
             return  # not a JSON object: no evidence
         read = normalized(source)
         report = FailureReportRow.report(read)
-        ids = seen(report)
+        named = seen(report)
         if not is_rollout_row(read):
             return
         if isinstance(read.get("failure"), Mapping) and "result" not in read:
-            failed_ids.update(ids)
+            ids["failed"].update(named)
         elif isinstance(read.get("result"), Mapping) and "failure" not in read:
-            accepted_ids.update(_chain(report, report.failure_id))
+            ids["accepted"].update(_chain(report, report.failure_id))
 
     def add(source: object, depth: int) -> None:
         if isinstance(source, NgFailureEvent):
-            failed_ids.update(seen(source.failure_report()))
+            ids["failed"].update(seen(source.failure_report()))
         elif isinstance(source, RequestFailureLog):
             seen(source.report)
-            # The reply's own failure: a call that ended in it, answered from all the same.
+            # The log's own failure: a call that ended in it (answered from, or raised: not said).
             own = source.own_report()
-            if own.failure_id is not None:
-                accepted_ids.update(_chain(own, own.failure_id))
-            attempt_ids.update(
-                operation.final_attempt_id
-                for operation in source.model_operations.values()
-                if operation.final_attempt_id is not None
-            )
+            ids["ended"].update(_chain(own, own.failure_id))
+            operations = source.model_operations.values()
+            ids["attempt"].update(op.final_attempt_id for op in operations if op.final_attempt_id is not None)
         elif isinstance(source, FailureReport):
             seen(source)
         elif isinstance(source, str):
-            seen_ids.add(source)
+            ids["seen"].add(source)
         elif isinstance(source, Mapping):
             row(source)
         elif isinstance(source, Iterable) and depth < 4:
@@ -269,13 +282,7 @@ def client_record(*sources: object) -> ClientRecord:
 
     for source in sources:
         add(source, 0)
-    return ClientRecord(
-        failed_ids=frozenset(failed_ids),
-        accepted_ids=frozenset(accepted_ids),
-        seen_ids=frozenset(seen_ids),
-        attempt_ids=frozenset(attempt_ids),
-        omitted=omitted,
-    )
+    return ClientRecord(**{f"{name}_ids": frozenset(values) for name, values in ids.items()}, omitted=omitted)
 
 
 def _chain(report: Any, failure_id: str | None) -> list[str]:
@@ -401,9 +408,9 @@ def _retry_findings(call: Call, attempt: Attempt, following: Attempt) -> Iterabl
     gap = following.started_s - known_s(attempt)
     if gap < -CLOCK_SLACK_S:
         return  # sent before the client could know of the failure: not a reaction to it
-    guessed = call.basis == "guess"
+    guessed = call.basis == "guess" or call.ambiguous
     severity: Severity | None = "warning" if guessed else None
-    note = _GUESSED if guessed else ""
+    note = _GUESSED if call.basis == "guess" else _AMBIGUOUS if call.ambiguous else ""
     if not retryable(attempt):
         if following.request == attempt.request:
             yield _finding(
@@ -440,49 +447,22 @@ def _outcome_findings(
     call: Call, client: ClientRecord | None, max_attempts: int, allow_give_up: bool
 ) -> Iterable[Finding]:
     """How the call ended: a success built on one of its faults (the client's record says so), a
-    broken stream no failure of the agent names, or a give-up with attempts left."""
-    accepted = set() if client is None else client.accepted_ids
+    failed attempt a guess cannot resolve, a give-up with attempts left, or an end in a fault no
+    failure of the agent names."""
+    accepted: AbstractSet[str] = frozenset() if client is None else client.accepted_ids
     flagged = False
     for attempt in call.attempts:
         if attempt.fault is not None and attempt.event_id is not None and attempt.event_id in accepted:
             flagged = flagged or attempt is call.last
             yield _accepted(call, attempt, "the client's record holds a success built on it (its failure_id)")
-    last = call.last
     if call.basis == "guess":
-        # A later attempt with the same body may be this stream's retry or another rollout's first
-        # call: a guessed join never resolves a broken stream (only a call id would tell).
-        for attempt in call.attempts[:-1]:
-            named = (
-                client is not None and attempt.event_id is not None and attempt.event_id in client.failed_ids
-            )
-            if attempt.outcome in _STREAM_FINDINGS and not named and attempt.event_id not in accepted:
-                yield _accepted(
-                    call,
-                    attempt,
-                    "a later attempt with the same body may be its retry or another rollout's call: "
-                    "the client sent no call identity, so only a failure of the agent that names it "
-                    "resolves it",
-                    took=False,
-                )
-    if flagged or not failed(last):
-        return
+        yield from _unproven(call, client, accepted)
+    last = call.last
+    if flagged or not failed(last) or (last.outcome == "disconnected" and last.fault is None):
+        return  # a client that left a reply nobody broke chose to (a `break`, its own timeout)
     handled = client is not None and last.event_id is not None and last.event_id in client.failed_ids
     if last.outcome in _STREAM_FINDINGS and not handled:
-        if client is None:
-            how = (
-                "judged from the journal alone: the client's record would show whether the agent "
-                "failed with it"
-            )
-        elif last.event_id is not None and last.event_id in client.seen_ids:
-            how = (
-                f"event {last.event_id} is in the client's record, but no failure of the agent "
-                "names it: seen is not handled"
-            )
-        else:
-            how = "no failure of the agent in the client's record names it"
-        if client is not None and client.omitted:
-            how += "; the record was cut short"
-        yield _accepted(call, last, how, took=client is not None)
+        yield _unhandled(call, last, client)
         return
     count = call.attempt_count
     if retryable(last) and count < max_attempts:
@@ -495,6 +475,64 @@ def _outcome_findings(
             [last],
             "warning" if allow_give_up else None,
         )
+    elif not handled and last.fault is not None and retryable(last):
+        # Retries spent: failing with it is the one handling. A refusal for what the request is (a
+        # context window, an MCP tool error) is the agent's to act on: a shorter prompt, the model
+        # reading the tool's error.
+        yield _unhandled(call, last, client)
+
+
+def _unproven(call: Call, client: ClientRecord | None, accepted: AbstractSet[str]) -> Iterable[Finding]:
+    """A guessed call's failed attempts before its last: a later attempt with the same body may be its
+    retry or another rollout's first call, so only a failure of the agent that names one resolves it."""
+    for attempt in call.attempts[:-1]:
+        named = client is not None and attempt.event_id is not None and attempt.event_id in client.failed_ids
+        if named or attempt.event_id in accepted or attempt.fault is None or not retryable(attempt):
+            continue
+        how = (
+            "a later attempt with the same body may be its retry or another rollout's call: the client "
+            "sent no call identity, so only a failure of the agent that names it resolves it"
+        )
+        if attempt.outcome in _STREAM_FINDINGS:
+            yield _accepted(call, attempt, how, took=False)
+        else:
+            yield _finding(
+                "recovery_unproven",
+                f"journal attempt {attempt.index} ({attempt.route}, {attempt.fault}) failed, and {how} "
+                "(send `X-Gym-Call-Id`: `logical_call()`, `observe_attempts`)",
+                call,
+                [attempt],
+            )
+
+
+def _unhandled(call: Call, last: Attempt, client: ClientRecord | None) -> Finding:
+    """The finding of a call that ended in `last`'s fault, which no failure of the agent names."""
+    if client is None:
+        how = "judged from the journal alone: the client's record would show whether the agent failed with it"
+    elif last.event_id is not None and last.event_id in client.ended_ids:
+        how = (
+            f"the client's log ends its call in event {last.event_id}, and no failure of the agent names "
+            "it: if the agent raised it, pass that failure as the client's record (`client=`)"
+        )
+    elif last.event_id is not None and last.event_id in client.seen_ids:
+        how = (
+            f"event {last.event_id} is in the client's record, but no failure of the agent names it: "
+            "seen is not handled"
+        )
+    else:
+        how = "no failure of the agent in the client's record names it"
+    if client is not None and client.omitted:
+        how += "; the record was cut short"
+    if last.outcome in _STREAM_FINDINGS:
+        return _accepted(call, last, how, took=client is not None)
+    ended = client is not None and last.event_id is not None and last.event_id in client.ended_ids
+    return _finding(
+        "failure_accepted" if ended else "failure_unhandled",
+        f"call {call.key} ended in attempt {last.index} ({last.route}, {last.fault or last.status}), "
+        f"and nothing says the agent failed with it ({how})",
+        call,
+        [last],
+    )
 
 
 def _accepted(call: Call, attempt: Attempt, how: str, *, took: bool = True) -> Finding:

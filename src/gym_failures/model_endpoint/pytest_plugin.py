@@ -31,7 +31,10 @@ a `FailureReport`, event ids), or `client=None` to judge from the server's side 
 
 A call that ends in a failure a retry can recover from, with fewer than `max_attempts` attempts (3:
 the SDKs' 1 + 2 retries), is `gave_up`, a failure; `assert_recovered(allow_give_up=True)` makes it a
-warning for a test that expects the give-up (`max_retries=0` on purpose).
+warning for a test that expects the give-up (`max_retries=0` on purpose). One that spent its attempts
+passes only when a failure of the agent names the fault: the log ends the call in it, and cannot say
+whether the agent then raised it or answered anyway, so a test whose agent raised passes that
+failure (`assert_recovered(client=raised.value)`).
 
 `pytest --model-endpoint-verdicts FILE` writes every test's verdict as one JSON line (`test`,
 `verdict`) when the session ends.
