@@ -4,6 +4,9 @@ on the server's state are plain calls, not requests.
 
 Decisions:
 - The socket is bound before uvicorn starts, so the port is known and taken at once.
+- A plugin's fixture whose extra is not installed fails the test at setup in one line that names
+  the extra (`require_extra`), as the command line says it, not with a bare `ModuleNotFoundError`
+  (or, for the proxy, a 500 on every forwarded request).
 - `START_TIMEOUT_S` bounds the wait for uvicorn to start: a thread that dies or never starts is a
   `RuntimeError`, never a hang. Closing waits up to `CLOSE_TIMEOUT_S` for the thread.
 """
@@ -15,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["CLOSE_TIMEOUT_S", "START_TIMEOUT_S", "ThreadServer"]
+__all__ = ["CLOSE_TIMEOUT_S", "START_TIMEOUT_S", "ThreadServer", "require_extra"]
 
 START_TIMEOUT_S = 60.0
 CLOSE_TIMEOUT_S = 30.0
@@ -58,3 +61,17 @@ class ThreadServer:
         self._server.should_exit = True
         self._thread.join(timeout=CLOSE_TIMEOUT_S)
         self._socket.close()
+
+
+def require_extra(fixture: str, extra: str, modules: tuple[str, ...]) -> None:
+    """Fail the test at setup, in one line naming `extra`, when one of `modules` is not installed (the
+    modules are found, not imported)."""
+    import importlib.util
+
+    import pytest
+
+    from gym_failures.cli._extras import needs_extra
+
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            pytest.fail(needs_extra(f"the {fixture} fixture", extra, module), pytrace=False)

@@ -416,6 +416,12 @@ def test_an_empty_run_fails() -> None:
     assert check(rollout_coverage([])).reasons == ["no rollouts expected or seen"]
 
 
+def test_none_expected_beside_rows_says_none_expected_not_none_seen() -> None:
+    """`gate --expected 0` on a run with rows: found by a fresh-clone trial (it said "or seen")."""
+    coverage = rollout_coverage([success_row("0:0"), success_row("1:0")], expected=0)
+    assert check(coverage).reasons == ["no rollouts expected", "2 more outcomes than the 0 expected"]
+
+
 def test_looser_thresholds_pass_a_run_the_defaults_fail() -> None:
     coverage = _run(scored=90, evaluation=5, model=5)
     assert not check(coverage).passed

@@ -72,22 +72,28 @@ FAULT_NAMES = (
 )
 
 SERVE_EXIT_HELP = """exit status (each server's page, `serve model --help` and so on, has its own):
-  0    stopped
+  0    stopped on its own (a signal ends it otherwise: 130, 143)
   2    nothing served: a bad option, a plan that is not valid, a busy port, an
        extra that is not installed (one line on stderr says which)
-  130  interrupted (Ctrl-C)"""
+  130  interrupted (Ctrl-C)
+  143  ended by SIGTERM, once the server has stopped (a shell shows 128 + 15;
+       Python's subprocess, -15)"""
 
 SERVE_MODEL_EXIT_HELP = """exit status:
-  0    stopped
+  0    stopped on its own (a signal ends it otherwise: 130, 143)
   2    nothing served: a bad option, a plan that is not valid, a busy port, an
        extra that is not installed (one line on stderr says which)
-  130  interrupted (Ctrl-C): the server stopped, and --verdict-file was written"""
+  130  interrupted (Ctrl-C): the server stopped, and --verdict-file was written
+  143  ended by SIGTERM: the server stopped, and --verdict-file was written (a
+       shell shows 128 + 15; Python's subprocess, -15)"""
 
 SERVE_AGENT_EXIT_HELP = """exit status:
-  0    stopped
+  0    stopped on its own (a signal ends it otherwise: 130, 143)
   2    nothing served: a bad option, a busy port, an extra that is not
        installed (one line on stderr says which)
-  130  interrupted (Ctrl-C)"""
+  130  interrupted (Ctrl-C)
+  143  ended by SIGTERM, once the server has stopped (a shell shows 128 + 15;
+       Python's subprocess, -15)"""
 
 AGENT_MODULES = ("starlette", "uvicorn", "openai")
 """What `serve agent` needs: the `agent` extra's modules (`require_extra`)."""

@@ -49,10 +49,12 @@ PROXY_MODULES = ("aiohttp", "starlette", "uvicorn")
 """What `serve proxy` needs: the `proxy` extra's modules (`require_extra`)."""
 
 SERVE_PROXY_EXIT_HELP = """exit status:
-  0    stopped
+  0    stopped on its own (a signal ends it otherwise: 130, 143)
   2    nothing served: a bad option, a plan or toxic that is not valid, a busy
        port, an extra that is not installed (one line on stderr says which)
-  130  interrupted (Ctrl-C): the proxy stopped, and --verdict-file was written"""
+  130  interrupted (Ctrl-C): the proxy stopped, and --verdict-file was written
+  143  ended by SIGTERM: the proxy stopped, and --verdict-file was written (a
+       shell shows 128 + 15; Python's subprocess, -15)"""
 
 
 def add_serve_proxy(servers: Any) -> None:

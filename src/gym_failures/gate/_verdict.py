@@ -94,7 +94,8 @@ def check(coverage: Coverage, thresholds: GateThresholds | None = None) -> GateV
     thresholds = thresholds or GateThresholds()
     reasons: list[str] = []
     if coverage.expected == 0:
-        reasons.append("no rollouts expected or seen")
+        # `--expected 0` beside rows says so; a run with no rows at all says that.
+        reasons.append("no rollouts expected" if coverage.seen else "no rollouts expected or seen")
     else:
         scored = coverage.share(coverage.scored)
         if scored < thresholds.min_scored_share:

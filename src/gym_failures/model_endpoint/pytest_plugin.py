@@ -95,7 +95,9 @@ class _SessionServer:
     """`serve model` in a thread of this process, on loopback."""
 
     def __init__(self) -> None:
-        from gym_failures._thread_server import ThreadServer
+        from gym_failures._thread_server import ThreadServer, require_extra
+
+        require_extra("model_endpoint", "pytest", ("starlette", "uvicorn"))
         from gym_failures.model_endpoint import ModelEndpoint, ModelEndpointPlan
 
         self.endpoint: ModelEndpoint = ModelEndpoint(plan=ModelEndpointPlan(), api_key=API_KEY)

@@ -112,6 +112,9 @@ class ProxyHandle:
 def proxy() -> Iterator[Callable[..., ProxyHandle]]:
     """Start a proxy in front of an upstream URL: `proxy(url, boundary=..., plan=...)` (see
     `gym_failures.proxy.pytest_plugin`)."""
+    from gym_failures._thread_server import require_extra
+
+    require_extra("proxy", "pytest,proxy", ("aiohttp", "starlette", "uvicorn"))
     from gym_failures.failure_transport import RequestFailureLog
     from gym_failures.proxy import ChaosProxy
 
