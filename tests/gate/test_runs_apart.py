@@ -119,3 +119,17 @@ def test_a_given_count_still_names_each_groups_members_from_the_inventory(tmp_pa
     assert groups is not None
     assert (groups.groups, groups.complete, groups.lost, groups.missing) == (5, 1, 4, 9)
     assert groups.size_source == "materialized_inputs"
+
+
+def test_summarize_counts_each_runs_inputs_against_its_own_rows(tmp_path: Path) -> None:
+    """`summarize`'s owed and "left no row" counts, run by run: one run's rows never fill a rollout
+    the other run's inputs owe (the same ids)."""
+    from gym_failures.reporting.summary import summarize
+
+    whole = _run(tmp_path / "whole", successes=[(0, 0), (0, 1)], failures=[])
+    half = _run(tmp_path / "half", successes=[(0, 0)], failures=[])  # 0:1 left no row
+    summary = summarize([whole, half])
+    assert (summary.expected_rollouts, summary.missing_rollouts) == (4, 1)
+    assert summary.materialized_inputs == sorted(
+        [str(whole / "rollouts_materialized_inputs.jsonl"), str(half / "rollouts_materialized_inputs.jsonl")]
+    )

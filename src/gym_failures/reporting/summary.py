@@ -96,7 +96,7 @@ import duckdb
 from pydantic import BaseModel, ConfigDict
 
 from gym_failures.failure_kinds import FailureClassificationConfig
-from gym_failures.nemo_gym import read_inventory
+from gym_failures.nemo_gym import materialized_inputs_path, read_inventory
 from gym_failures.reporting._cost import Cost, cost_summary
 from gym_failures.reporting._groupings import (
     TOP_REASONS,
@@ -300,30 +300,38 @@ def _against_inventory(
 ) -> Summary:
     """`summary` with the rollouts the runs owe (the materialized inputs', plus the manifests' of the
     runs without them), and those in the materialized inputs that left no row at all."""
-    inventory = read_inventory(runs.inventories)
-    rows = source(runs.inventoried, torn_copies, columns=KEY_COLUMNS)
-    seen = {
-        (int(task), int(rollout))
-        for task, rollout in connection.execute(
-            f"""
-            SELECT task, rollout FROM (
-                SELECT _int(_ng_task_index) AS task, _int(_ng_rollout_index) AS rollout, w
-                FROM {rows}
-                WHERE NOT (_truthy(_ng_no_persist) OR _truthy(_ng_dispatch_drained))
-            )
-            WHERE task IS NOT NULL AND rollout IS NOT NULL
-            GROUP BY ALL HAVING sum(w) > 0
-            """
-        ).fetchall()
-    }
+    # Run by run: a run's rollout ids are its own (`gym_failures.gate._runs`), so another run's rows
+    # never fill a rollout this run's inputs owe.
+    owed = missing = 0
+    for inputs in runs.inventories:
+        keys = read_inventory([inputs]).keys
+        members = [path for path in runs.inventoried if materialized_inputs_path(path) == inputs]
+        owed += len(keys)
+        missing += len(keys - _seen_keys(connection, source(members, torn_copies, columns=KEY_COLUMNS)))
     return summary.model_copy(
         update={
-            "expected_rollouts": len(inventory.keys) + (runs.expected or 0),
-            "missing_rollouts": len(inventory.keys - seen),
+            "expected_rollouts": owed + (runs.expected or 0),
+            "missing_rollouts": missing,
             "materialized_inputs": [str(path) for path in runs.inventories],
             "manifests": [str(path) for path in runs.manifests],
         }
     )
+
+
+def _seen_keys(connection: duckdb.DuckDBPyConnection, rows: str) -> set[tuple[int, int]]:
+    """The (task, rollout) of the rollouts `rows` (a relation) hold a persisted row of."""
+    found = connection.execute(
+        f"""
+        SELECT task, rollout FROM (
+            SELECT _int(_ng_task_index) AS task, _int(_ng_rollout_index) AS rollout, w
+            FROM {rows}
+            WHERE NOT (_truthy(_ng_no_persist) OR _truthy(_ng_dispatch_drained))
+        )
+        WHERE task IS NOT NULL AND rollout IS NOT NULL
+        GROUP BY ALL HAVING sum(w) > 0
+        """
+    ).fetchall()
+    return {(int(task), int(rollout)) for task, rollout in found}
 
 
 def _scan(
