@@ -18,6 +18,12 @@
   (`provider_protocol_error` for a model, `environment_protocol_violation` otherwise). It raises this
   server's own failure `from` it: same kind, this server's boundary, the upstream failure as its
   cause. So every instrumented hop adds its event.
+- A handler that returns an upstream's failed reply as its own (NeMo Gym's `legacy_agent` environment
+  server relays the agent's `/run` reply, status, body and headers) adds its event too: `HopApp` holds
+  back a failed reply whose report names the failure of a failed reply this request received
+  (`Hop.relayed_ids`), and raises this server's failure `from` the upstream one instead, so the
+  failure-report middleware replies with the chain one hop longer (its status, `failure_status`:
+  500 unless the server was instrumented with another). A relay's own headers on that reply go.
 
 Why `ClientSession._request`: NeMo Gym creates its one aiohttp session itself
 (`nemo_gym.server_utils.set_global_aiohttp_client`) with no `trace_configs`, and aiohttp's tracing
@@ -39,13 +45,20 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from gym_failures._http_status import is_failed_reply
 from gym_failures._request_log import CURRENT_REQUEST_LOG
 from gym_failures.client import status_error_failure
 from gym_failures.client._transport import transport_kind
 from gym_failures.failure_kinds import ENVIRONMENT_PROTOCOL_VIOLATION, PROVIDER_PROTOCOL_ERROR
-from gym_failures.failure_records import FailureBoundary
-from gym_failures.failure_transport import observe_failure, observe_reply
-from gym_failures.failures import HttpDetails, NgFailureEvent, exception_type_name, failure_type_for
+from gym_failures.failure_records import FailureBoundary, FailureReport
+from gym_failures.failure_transport import FailureHeader, observe_failure, observe_report
+from gym_failures.failures import (
+    HttpDetails,
+    NgFailureEvent,
+    exception_type_name,
+    failure_type_for,
+    rebuild_failure,
+)
 from gym_failures.redaction import url_without_secrets
 
 __all__ = ["CURRENT_HOP", "FAILURE_ATTRIBUTE", "Hop", "HopApp", "called_boundaries", "observe_aiohttp"]
@@ -61,6 +74,8 @@ FAILURE_ATTRIBUTE = "gym_failures_failure"
 _EVENT_HEADER = "X-Gym-Fault-Event"
 _WRAPPED = "__gym_failures_observed__"
 _MAX_JSON_CHECK = 1 << 20
+_MAX_RELAYED = 64
+"""The most failed replies a request's hop keeps (a request making more calls keeps its first ones)."""
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "0.0.0.0", "::1", "::"})
 _SERVER_TYPES: Mapping[str, FailureBoundary] = {
     "responses_api_models": FailureBoundary.MODEL,
@@ -121,6 +136,32 @@ class Hop:
     called: Resolver
     last_read: tuple[str, str, Mapping[str, str], bytes] | None = field(default=None)
     """The last reply body read whole: its method, URL (without secrets), headers and bytes."""
+    relayed_ids: dict[str, FailureReport] = field(default_factory=dict)
+    """The failures the failed replies this request received name, by event id, with their reports."""
+
+    def reply(self, status: int, headers: Mapping[str, str]) -> None:
+        """Observe a reply's report (success or failure), and note the failure a failed reply names."""
+        if CURRENT_REQUEST_LOG.get() is None:
+            return
+        report = FailureHeader.decode(headers)
+        observe_report(report)
+        failed = report is not None and report.failure_id is not None and is_failed_reply(status)
+        if failed and report is not None and len(self.relayed_ids) < _MAX_RELAYED:
+            self.relayed_ids[str(report.failure_id)] = report
+
+    def relayed(self, message: Message) -> FailureReport | None:
+        """The upstream failure a reply's start `message` relays as this server's own (its status
+        failed, its report naming a failure a failed reply of this request named), else None."""
+        if not is_failed_reply(message.get("status")) or not self.relayed_ids:
+            return None
+        headers = {
+            bytes(name).decode("latin-1"): bytes(value).decode("latin-1")
+            for name, value in message.get("headers") or []
+        }
+        report = FailureHeader.decode(headers)
+        if report is None or report.failure_id is None:
+            return None
+        return self.relayed_ids.get(report.failure_id)
 
     def transport_error(self, error: BaseException, method: str, url: str, reply: Any) -> None:
         """Observe `error` (raised by a call, or by reading `reply`'s body) as the transport failure it
@@ -195,15 +236,19 @@ class Hop:
         observe_failure(failure)
         return failure
 
-    def failure(self, scope: Scope, upstream: NgFailureEvent, error: BaseException) -> NgFailureEvent:
-        """This server's failure for a request whose upstream call failed with `upstream`."""
+    def failure(
+        self, scope: Scope, upstream: NgFailureEvent, error: BaseException | None, *, relayed: bool = False
+    ) -> NgFailureEvent:
+        """This server's failure for a request whose upstream call failed with `upstream` (raised as
+        `error`, or `relayed`: its failed reply returned as this server's)."""
         path = scope.get("path")
         route = f"{scope.get('method', '')} {path}" if isinstance(path, str) else "the request"
+        what = "relayed the failed reply of its call to the" if relayed else "its call to the"
         return failure_type_for(self.boundary)(
             boundary=self.boundary,
             failure_kind=upstream.failure_kind,
-            failure_reason=f"{route}: its call to the {upstream.boundary.value} failed",
-            exception_type=exception_type_name(error),
+            failure_reason=f"{route}: {what} {upstream.boundary.value}" + ("" if relayed else " failed"),
+            exception_type=None if error is None else exception_type_name(error),
         )
 
 
@@ -237,11 +282,18 @@ class HopApp:
         hop = Hop(self.boundary, self.called)
         token = CURRENT_HOP.set(hop)
         started = False
+        relayed: list[FailureReport] = []
 
         async def tracked(message: Message) -> None:
             nonlocal started
-            if message["type"] == "http.response.start":
+            if message["type"] == "http.response.start" and not started:
+                held = hop.relayed(message)
+                if held is not None:
+                    relayed.append(held)  # replied below, as this server's failure
+                    return
                 started = True
+            elif relayed:
+                return  # the relayed reply's body
             await send(message)
 
         try:
@@ -255,6 +307,9 @@ class HopApp:
             raise hop.failure(scope, upstream, error) from upstream
         finally:
             CURRENT_HOP.reset(token)
+        upstream = rebuild_failure(relayed[0]) if relayed else None
+        if upstream is not None:
+            raise hop.failure(scope, upstream, None, relayed=True) from upstream
 
 
 def observe_aiohttp() -> None:
@@ -278,7 +333,7 @@ def observe_aiohttp() -> None:
         except Exception as error:
             hop.transport_error(error, method, url, None)
             raise
-        observe_reply(reply.headers)
+        hop.reply(reply.status, reply.headers)
         _observe_body(reply, hop, method, url)
         return reply
 

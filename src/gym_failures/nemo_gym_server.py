@@ -38,8 +38,11 @@ wraps the class's `setup_webserver` so that every app it builds, in every worker
 - adds this hop's event: when an exception that stands for a failed upstream call (one of those, or
   a status error whose reply carried a report) escapes the handler, the reply is this server's own
   failure, of the upstream failure's kind and this server's boundary, with the upstream failure as
-  its cause. So the chain that reaches a collector through an instrumented agent and model server is
-  agent (`/run`) -> agent (its own `/v1/responses`) -> model server -> the endpoint's event;
+  its cause; and when the handler returns an upstream's failed reply as its own (the `legacy_agent`
+  environment server relays the agent's `/run`), the reply is this server's failure caused by the
+  upstream one, the same way. So the chain that reaches NeMo Gym's collector through instrumented
+  servers is environment (`/run`, the relay) -> agent (`/run`) -> agent (its own `/v1/responses`) ->
+  model server -> the endpoint's event;
 - puts the report into the failure reply's JSON body too (`failure_report`, bounded and ordered so
   its root is last: `gym_failures._body_report`), since NeMo Gym's collector keeps a failed `/run`'s
   body and drops its headers; `gym-failures explain` rebuilds the chain from the row's

@@ -230,6 +230,24 @@ def test_the_agents_failure_reply_carries_the_model_failure_report(launched: Lau
     assert json.loads(body)["failure_kind"] == "provider_unavailable"
 
 
+def test_the_environment_servers_relay_adds_its_hop(launched: Launched) -> None:
+    """NeMo Gym's `legacy_agent` environment server relays the agent's failed `/run` reply as its own:
+    instrumented, it adds its event (boundary `environment`) on top of the agent's chain, in the
+    header and in the body NeMo Gym's collector keeps."""
+    _queue_fault(launched.model_endpoint, "server_503")
+    status, headers, body = _post(f"{launched.servers['mcqa_environment_server']}/run", _task())
+    assert status >= 500, body
+    report = json.loads(headers["X-NG-Failure-Report"])
+    chain = _chain(report)
+    assert [event["boundary"] for event in chain][:2] == ["environment", "agent"]
+    assert "relayed the failed reply of its call to the agent" in chain[0]["failure_reason"]
+    assert (chain[-1]["boundary"], chain[-1]["http_status"]) == ("model", 503)
+    assert {event["failure_kind"] for event in chain} == {"provider_unavailable"}
+    kept = json.loads(body)
+    assert kept["failure_kind"] == "provider_unavailable"
+    assert report["failure_id"] in json.dumps(kept)
+
+
 def test_the_model_servers_failure_reply_is_gym_failures(launched: Launched) -> None:
     _queue_fault(launched.model_endpoint, "server_503")
     status, headers, body = _post(f"{launched.servers['policy_model']}/v1/responses", {"input": "hello"})
