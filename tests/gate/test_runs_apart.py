@@ -133,3 +133,32 @@ def test_summarize_counts_each_runs_inputs_against_its_own_rows(tmp_path: Path) 
     assert summary.materialized_inputs == sorted(
         [str(whole / "rollouts_materialized_inputs.jsonl"), str(half / "rollouts_materialized_inputs.jsonl")]
     )
+
+
+def test_a_given_count_over_several_runs_names_no_rollout_and_none_left_no_row(tmp_path: Path) -> None:
+    """`--expected N` is the total's count: as with one run, no rollout is named missing and none is
+    counted as leaving no row (a second review found `missing 0` beside "of which left no row 1")."""
+    half = _run(tmp_path / "a", successes=[(0, 0)], failures=[])
+    whole = _run(tmp_path / "b", successes=[(0, 0), (0, 1)], failures=[])
+    coverage = read_coverage([*row_files(half), *row_files(whole)], expected=3)
+    assert (coverage.expected, coverage.missing, coverage.left_no_row, coverage.missing_rollouts) == (
+        3,
+        0,
+        0,
+        [],
+    )
+
+
+def test_runs_counted_by_the_rows_they_show_beside_inventoried_ones_are_warned_of(tmp_path: Path) -> None:
+    """A run with materialized inputs and one with neither inputs nor a manifest: the warning names
+    the runs counted by the rollouts they show, not the whole total."""
+    from gym_failures.gate import check
+
+    inventoried = _run(tmp_path / "a", successes=[(0, 0)], failures=[])
+    bare = _write(tmp_path / "b" / "rollouts.jsonl", [_success(0, 0)])
+    verdict = check(read_coverage([*row_files(inventoried), bare]))
+    assert verdict.coverage.expected_source == "rows_seen"
+    assert any(
+        warning.startswith("some runs have neither materialized inputs") for warning in verdict.warnings
+    )
+    assert not any("distinct rollouts seen" in warning for warning in verdict.warnings)

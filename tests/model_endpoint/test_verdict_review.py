@@ -85,6 +85,30 @@ def test_an_sdk_retry_that_only_one_call_awaited_is_judged_as_sure() -> None:
     assert [(f.finding, f.severity) for f in verdict.findings] == [("retry_after_ignored", "failure")]
 
 
+def test_an_sdk_retry_too_soon_for_every_call_it_could_have_retried_fails() -> None:
+    """The careless twins, found by a second review: the guess is a warning only when the retry would
+    be on time as the retry of another call it could have been; too soon for all, it fails, and a
+    later retry only one call could take is judged as sure."""
+    too_soon_for_all = [
+        _quota(0, 0.000, sdk_retry_count=0),
+        _quota(1, 0.005, sdk_retry_count=0),
+        _attempt(2, 0.020, sdk_retry_count=1),
+        _attempt(3, 1.100, sdk_retry_count=1),
+    ]
+    verdict = judge(too_soon_for_all)
+    assert ("retry_after_ignored", "failure") in [(f.finding, f.severity) for f in verdict.findings]
+    assert not verdict.passed
+    later_sure = [
+        _quota(0, 0.000, sdk_retry_count=0),
+        _quota(1, 0.005, sdk_retry_count=0),
+        _quota(2, 0.020, sdk_retry_count=1),
+        _attempt(3, 0.030, sdk_retry_count=2),
+        _attempt(4, 1.100, sdk_retry_count=1),
+    ]
+    failures = [(f.finding, f.attempts) for f in judge(later_sure).failures]
+    assert ("retry_after_ignored", [2, 3]) in failures
+
+
 # --- a guess never resolves a failed attempt -----------------------------------------------------------
 
 

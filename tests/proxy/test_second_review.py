@@ -26,6 +26,7 @@ from tests.proxy.upstreams import HANG_GUARD_S, raw_exchange
 
 Proxy = Callable[..., ProxyHandle]
 SECRET = "S3cr3tT0k3nXYZcanary"
+_MISPLACED = "`params` holds `{field}`, a field of the scenario itself (beside `params`)"
 
 
 def _posts_on_one_connection(base_url: str, bodies: list[bytes]) -> list[dict[str, Any]]:
@@ -91,6 +92,29 @@ def test_a_target_that_is_not_a_path_leaves_nothing_of_itself_in_the_journal() -
     assert "user:" not in everything
 
 
+@pytest.mark.parametrize("how", ["client leaves mid-body", "body too large"])
+def test_a_target_that_is_not_a_path_is_never_journaled_however_the_exchange_ends(how: str) -> None:
+    """Found by a second review: the exchanges that end before the target is refused (the client
+    leaving mid-body, a body past the bound) journaled the target too."""
+    from gym_failures.proxy._exchange import MAX_REQUEST_BYTES
+
+    proxy = ChaosProxy(upstream="http://127.0.0.1:9")
+
+    async def receive() -> dict[str, Any]:
+        if how == "client leaves mid-body":
+            return {"type": "http.disconnect"}
+        return {"type": "http.request", "body": b"x" * (MAX_REQUEST_BYTES + 1), "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    asyncio.run(proxy.serve(_absolute_form_scope(), receive, send))
+    attempts = proxy.journal.attempts()
+    assert [attempt.route for attempt in attempts] == ["(not a path)"]
+    everything = json.dumps([a.model_dump() for a in attempts]) + json.dumps(proxy.verdict().model_dump())
+    assert SECRET not in everything
+
+
 def test_reset_peer_resets_a_reply_that_would_end_before_its_time(proxy: Proxy, events_url: str) -> None:
     handle = proxy(events_url)
     handle.add_toxic({"type": "reset_peer", "attributes": {"timeout": 400}})
@@ -144,23 +168,23 @@ def test_a_toxicity_that_is_not_a_number_is_refused(events_url: str, toxicity: o
     assert proxy.toxics.listed() == []
 
 
-@pytest.mark.parametrize("field", ["times", "route", "stream"])
+@pytest.mark.parametrize("field", ["fault", "times", "route", "stream"])
 def test_the_proxys_queue_refuses_params_holding_a_scenarios_field(events_url: str, field: str) -> None:
     proxy = ChaosProxy(upstream=events_url)
     with serve_in_thread(proxy.app()) as url:
         body = {"fault": "status", "params": {"code": 503, field: 2}}
         reply = httpx.post(f"{url}/_gym/faults", json=body, timeout=HANG_GUARD_S)
     assert reply.status_code == 400
-    assert reply.json()["error"] == f"`{field}` goes beside `fault`, not in `params`"
+    assert reply.json()["error"] == _MISPLACED.format(field=field)
     assert "keyword argument" not in reply.text
 
 
-@pytest.mark.parametrize("field", ["times", "model", "tools"])
+@pytest.mark.parametrize("field", ["fault", "times", "model", "tools"])
 def test_the_model_endpoints_queue_refuses_params_holding_a_scenarios_field(field: str) -> None:
     endpoint = ModelEndpoint(ModelEndpointPlan())
     with serve_in_thread(endpoint.app()) as url:
         body = {"fault": "quota_429", "params": {field: 2}}
         reply = httpx.post(f"{url}/_gym/faults", json=body, timeout=HANG_GUARD_S)
     assert reply.status_code == 400
-    assert f"`{field}` goes beside `fault`, not in `params`" in reply.text
+    assert _MISPLACED.format(field=field) in reply.text
     assert "keyword argument" not in reply.text

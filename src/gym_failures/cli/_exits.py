@@ -40,7 +40,8 @@ EXIT_STATUS_HELP = """exit status:
        rollout rows or tasks, a busy port, an extra that is not installed; one
        line on stderr says which
   130  interrupted
-  141  the output's reader closed the pipe (| head); nothing printed"""
+  141  the output's reader closed the pipe (| head); nothing printed
+  143  serve: ended by SIGTERM, once the server stopped"""
 """The statuses as the README's table words them (tests/cli/test_exits.py compares the two)."""
 
 

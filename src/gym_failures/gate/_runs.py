@@ -159,10 +159,13 @@ def _against(total: Coverage, expected: int) -> Coverage:
     """`total` counted against the caller's `expected`: its outcomes are what each run counted
     (expected, less missing, plus unexpected, in every run's terms)."""
     outcomes = total.expected - total.missing + total.unexpected
+    # A count, as one run's `--expected` is: no rollout named missing, none counted as leaving no row.
     return replace(
         total,
         expected=expected,
         expected_source="given",
         missing=max(0, expected - outcomes),
         unexpected=max(0, outcomes - expected),
+        left_no_row=0,
+        missing_rollouts=[],
     )

@@ -141,7 +141,14 @@ def check(coverage: Coverage, thresholds: GateThresholds | None = None) -> GateV
                 f"--min-valid-per-group {coverage.groups.min_valid} is more than any group has "
                 f"(the largest has {largest}): every group is short"
             )
-    if coverage.expected_source == "rows_seen":
+    if coverage.expected_source == "rows_seen" and coverage.manifests:
+        # Runs added up (`gym_failures.gate._runs`), some of them counted by the rollouts they show.
+        warnings.append(
+            "some runs have neither materialized inputs nor a collection manifest beside their rows: "
+            "their expected rollouts are the rollouts they show, and one of theirs that left no row at "
+            "all is not counted as missing"
+        )
+    elif coverage.expected_source == "rows_seen":
         warnings.append(
             f"expected was taken from the {coverage.seen} distinct rollouts seen (no expected count was "
             "given and no collection manifest sits beside the rows): a rollout that left no row at all "

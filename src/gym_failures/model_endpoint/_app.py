@@ -380,7 +380,7 @@ class ModelEndpoint:
                 v is None or isinstance(v, bool) for v in (stream, tools)
             ):
                 raise bad_control("`route` and `model` must be text, `stream` and `tools` true or false")
-            if misplaced := misplaced_param(params, ("times", "route", "model", "stream", "tools")):
+            if misplaced := misplaced_param(params, ("fault", "times", "route", "model", "stream", "tools")):
                 raise bad_control(misplaced)
             try:
                 self.force(fault, times=times, route=route, model=model, stream=stream, tools=tools, **params)

@@ -12,7 +12,7 @@ Each attempt is grouped by the first basis it allows (`BASES`):
              call; a count n > 0 joins the most recent open sdk call with the same body whose last
              attempt had count n - 1 and failed before this one started; if none fits, it opens its
              own call. When several fit (rollouts of one prompt, each waiting to retry), which one it
-             retried is a guess: the call is `ambiguous`.
+             retried is a guess: the call keeps the others' last attempts (`alternatives`).
     guess    neither: it joins the most recent guessed call with the same body whose last attempt
              FAILED and ENDED before it started (nobody retries a success, and an attempt that
              overlaps another is not its retry); otherwise it opens a new call.
@@ -58,9 +58,15 @@ class Call:
     """`id:<call id>`, or `<request>@<index of its first attempt>` for the sdk and guess bases."""
     basis: Basis
     attempts: list[Attempt] = field(default_factory=list)
-    ambiguous: bool = False
-    """An SDK retry joined this call while several open calls with its body awaited one: which of
-    them it retried is a guess (their timing findings are warnings)."""
+    alternatives: dict[int, list[Attempt]] = field(default_factory=dict)
+    """For an SDK retry that several open calls with its body awaited (by the retry's index): the last
+    attempts of the calls it was not joined to. Which one it retried is a guess; the verdict judges
+    its timing against each (`ambiguous`)."""
+
+    @property
+    def ambiguous(self) -> bool:
+        """Whether an SDK retry joined this call by a guess among several (`alternatives`)."""
+        return bool(self.alternatives)
 
     @property
     def last(self) -> Attempt:
@@ -128,8 +134,10 @@ def group_calls(attempts: Iterable[Attempt]) -> list[Call]:
         if basis == "guess" or attempt.sdk_retry_count:
             fits = (c for c in reversed(waiting.values()) if _retries(c.last, attempt, basis))
             joined = next(fits, None)
-            if joined is not None and basis == "sdk" and next(fits, None) is not None:
-                joined.ambiguous = True
+            if joined is not None and basis == "sdk":
+                others = [c.last for c in fits]
+                if others:
+                    joined.alternatives[attempt.index] = others
         if joined is None:
             joined = opened(attempt, basis, f"{attempt.request}@{attempt.index}")
         else:

@@ -322,7 +322,7 @@ def misplaced_param(params: Mapping[str, object], beside: tuple[str, ...]) -> st
     """A control request's refusal when its fault's `params` hold a field that goes `beside` the
     fault (`times`, `route`, ...), else `None`."""
     named = sorted(set(params) & set(beside))
-    return f"`{named[0]}` goes beside `fault`, not in `params`" if named else None
+    return f"`params` holds `{named[0]}`, a field of the scenario itself (beside `params`)" if named else None
 
 
 def route_matches(pattern: str | None, path: str) -> bool:

@@ -52,7 +52,9 @@ Decisions:
   could know of the failure (an attempt that overlaps the failure is not a reaction to it). On a
   guessed call they are warnings, and say the grouping was guessed. `retry_storm` is raised only on
   calls grouped by call id or SDK retry count, never on a guess. An SDK retry that several open
-  calls with its body awaited (`Call.ambiguous`) has its timing findings as warnings too.
+  calls with its body awaited (`Call.alternatives`) is judged against each: a timing finding is a
+  warning when the retry would have none as the retry of one of the others, a failure when it is
+  too soon (or a resend) whichever call it retried.
 - A reply the client left (`disconnected`) with no fault injected is the client's choice (a `break`,
   its own timeout on a slow reply): no give-up.
 - Waits are measured on the server, from the moment the client could know of the failure (a failed
@@ -405,42 +407,45 @@ def _unmatched(attempt: Attempt, client: ClientRecord) -> bool:
 def _retry_findings(call: Call, attempt: Attempt, following: Attempt) -> Iterable[Finding]:
     """What the client did after the failed `attempt` with the next attempt of its call: retried
     too soon, or retried what it must not."""
+    found = _timing(attempt, following)
+    if found is None:
+        return
+    name, message = found
+    severity: Severity | None = None
+    if call.basis == "guess":
+        severity, message = "warning", message + _GUESSED
+    elif any(_timing(other, following) is None for other in call.alternatives.get(following.index, ())):
+        severity, message = "warning", message + _AMBIGUOUS
+    yield _finding(name, message, call, [attempt, following], severity)
+
+
+def _timing(attempt: Attempt, following: Attempt) -> tuple[str, str] | None:
+    """The timing finding (its name and message) of `following` as the next attempt after the
+    failed `attempt`, if it earns one: too soon after a Retry-After or without backoff, or a resend of
+    what must not be sent again."""
     gap = following.started_s - known_s(attempt)
     if gap < -CLOCK_SLACK_S:
-        return  # sent before the client could know of the failure: not a reaction to it
-    guessed = call.basis == "guess" or call.ambiguous
-    severity: Severity | None = "warning" if guessed else None
-    note = _GUESSED if call.basis == "guess" else _AMBIGUOUS if call.ambiguous else ""
+        return None  # sent before the client could know of the failure: not a reaction to it
     if not retryable(attempt):
-        if following.request == attempt.request:
-            yield _finding(
-                "retried_non_retryable",
-                f"attempt {attempt.index} was refused with {attempt.status} "
-                f"({attempt.fault or 'not a fault'}), and attempt {following.index} sent it again "
-                f"unchanged{note}",
-                call,
-                [attempt, following],
-                severity,
-            )
-    elif attempt.retry_after_s is not None:
-        if gap + CLOCK_SLACK_S < attempt.retry_after_s:
-            yield _finding(
-                "retry_after_ignored",
-                f"attempt {attempt.index} asked for a wait of {attempt.retry_after_s:g} s "
-                f"(Retry-After); attempt {following.index} came {max(gap, 0.0):.3f} s later{note}",
-                call,
-                [attempt, following],
-                severity,
-            )
-    elif gap < NO_BACKOFF_S:
-        yield _finding(
-            "no_backoff",
-            f"attempt {following.index} came {max(gap, 0.0):.3f} s after attempt {attempt.index} failed "
-            f"({attempt.fault or attempt.status}): no backoff{note}",
-            call,
-            [attempt, following],
-            severity,
+        if following.request != attempt.request:
+            return None
+        return "retried_non_retryable", (
+            f"attempt {attempt.index} was refused with {attempt.status} "
+            f"({attempt.fault or 'not a fault'}), and attempt {following.index} sent it again unchanged"
         )
+    if attempt.retry_after_s is not None:
+        if gap + CLOCK_SLACK_S >= attempt.retry_after_s:
+            return None
+        return "retry_after_ignored", (
+            f"attempt {attempt.index} asked for a wait of {attempt.retry_after_s:g} s "
+            f"(Retry-After); attempt {following.index} came {max(gap, 0.0):.3f} s later"
+        )
+    if gap >= NO_BACKOFF_S:
+        return None
+    return "no_backoff", (
+        f"attempt {following.index} came {max(gap, 0.0):.3f} s after attempt {attempt.index} failed "
+        f"({attempt.fault or attempt.status}): no backoff"
+    )
 
 
 def _outcome_findings(

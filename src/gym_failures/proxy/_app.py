@@ -168,6 +168,12 @@ class ChaosProxy:
     async def serve(self, scope: Any, receive: Any, send: Any) -> None:
         """Serve one proxied request (an ASGI app's call), journaled."""
         exchange = Exchange(method=scope["method"], path=scope["path"], started_s=self.journal.now())
+        is_path = bytes(scope.get("raw_path") or scope["path"].encode()).startswith(b"/")
+        if not is_path:
+            # `GET @other-host/x` (which h11 lets through) must never become another host's URL, and
+            # an absolute form's user info (`http://user:secret@host/x`) never a journal's, however
+            # the exchange ends (the client leaving mid-body, a body too large).
+            exchange.path = _NOT_A_PATH
         self.journal.begin()
         try:
             _read_call_headers(exchange, scope["headers"])
@@ -179,10 +185,7 @@ class ChaosProxy:
             if exchange.body is None:
                 await self._fail(exchange, scope, receive, send, too_large(self.boundary))
                 return
-            if not bytes(scope.get("raw_path") or scope["path"].encode()).startswith(b"/"):
-                # `GET @other-host/x` (which h11 lets through) must never become another host's URL,
-                # and an absolute form's user info (`http://user:secret@host/x`) never a journal's.
-                exchange.path = _NOT_A_PATH
+            if not is_path:
                 await self._fail(exchange, scope, receive, send, not_a_path(self.boundary))
                 return
             if not self._choose(exchange, scope):

@@ -206,7 +206,7 @@ def _queue(proxy: ChaosProxy, body: dict[str, Any]) -> None:
         stream is None or isinstance(stream, bool)
     ):
         raise _Refused(400, "`route` and `tool` must be text, `stream` true or false")
-    if misplaced := misplaced_param(params, ("times", "route", "tool", "stream")):
+    if misplaced := misplaced_param(params, ("fault", "times", "route", "tool", "stream")):
         raise _Refused(400, misplaced)
     try:
         proxy.force(fault, times=times, route=route, tool=tool, stream=stream, **params)
