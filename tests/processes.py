@@ -43,6 +43,22 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=10)
 
 
+def terminated(command: list[str], port: int) -> int:
+    """Run `command` (a server that listens on `port`) until it listens, send it SIGTERM, and return
+    its exit status (`-SIGTERM` when the signal ended it)."""
+    import signal
+
+    process = subprocess.Popen(
+        command, cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_listening(port, process)
+        process.send_signal(signal.SIGTERM)
+        return process.wait(timeout=60)
+    finally:
+        stop(process)
+
+
 @contextlib.contextmanager
 def serve_model(api_key: str) -> Iterator[str]:
     """`gym-failures serve model` as a real subprocess on a free loopback port, requiring `api_key`:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,8 +14,7 @@ import pytest
 
 from gym_failures.cli._serve import SERVE_AGENT_EXIT_HELP, SERVE_MODEL_EXIT_HELP
 from gym_failures.cli._serve_proxy import SERVE_PROXY_EXIT_HELP
-from tests.conftest import ROOT
-from tests.processes import free_port, stop, wait_listening
+from tests.processes import free_port, terminated
 
 COMMANDS = {
     "model": (["serve", "model"], SERVE_MODEL_EXIT_HELP, True),
@@ -35,18 +33,7 @@ def test_sigterm_stops_the_server_and_ends_the_process_by_the_signal(server: str
     port = free_port()
     verdict = tmp_path / "verdict.json"
     options = ["--port", str(port), *(["--verdict-file", str(verdict)] if has_verdict else [])]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gym_failures.cli", *command, *options],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_listening(port, process)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == -signal.SIGTERM
-    finally:
-        stop(process)
+    assert terminated([sys.executable, "-m", "gym_failures.cli", *command, *options], port) == -signal.SIGTERM
     if has_verdict:
         assert "verdict" in json.loads(verdict.read_text("utf-8"))
     assert "143  ended by SIGTERM" in help_text

@@ -16,7 +16,7 @@ from pathlib import Path
 from gym_failures.cli._serve import FAULT_NAMES
 from gym_failures.model_endpoint import FAULTS
 from tests.conftest import ROOT
-from tests.processes import free_port, stop, wait_listening
+from tests.processes import free_port, stop, terminated, wait_listening
 
 COMMAND = [sys.executable, "-m", "gym_failures.cli", "serve", "model"]
 
@@ -188,18 +188,8 @@ def test_the_verdict_file_is_written_on_sigterm_too(tmp_path: Path) -> None:
     process at once, so the file is written within the shutdown itself."""
     port = free_port()
     verdict_file = tmp_path / "verdict.json"
-    process = subprocess.Popen(
-        [*COMMAND, "--port", str(port), "--verdict-file", str(verdict_file)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_listening(port, process)
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
-    finally:
-        stop(process)
+    status = terminated([*COMMAND, "--port", str(port), "--verdict-file", str(verdict_file)], port)
+    assert status == -signal.SIGTERM
     document = json.loads(verdict_file.read_text("utf-8"))
     assert document["journal"] == []
     assert document["verdict"]["passed"] is True

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.processes import free_port, serve_model, stop, wait_listening
+from tests.processes import free_port, serve_model, stop, terminated, wait_listening
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = [sys.executable, "-m", "gym_failures.cli", "serve", "proxy"]
@@ -102,18 +102,8 @@ def test_a_run_injects_logs_and_writes_a_verdict_that_verdict_reads(model_url: s
 def test_the_verdict_file_is_written_on_sigterm(model_url: str, tmp_path: Path) -> None:
     port = free_port()
     verdict_file = tmp_path / "verdict.json"
-    process = subprocess.Popen(
-        [*COMMAND, "--upstream", model_url, "--port", str(port), "--verdict-file", str(verdict_file)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_listening(port, process)
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
-    finally:
-        stop(process)
+    command = [*COMMAND, "--upstream", model_url, "--port", str(port), "--verdict-file", str(verdict_file)]
+    assert terminated(command, port) == -signal.SIGTERM
     document = json.loads(verdict_file.read_text("utf-8"))
     assert (document["journal"], document["verdict"]["passed"]) == ([], True)
 
