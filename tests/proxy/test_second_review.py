@@ -188,3 +188,14 @@ def test_the_model_endpoints_queue_refuses_params_holding_a_scenarios_field(fiel
     assert reply.status_code == 400
     assert _MISPLACED.format(field=field) in reply.text
     assert "keyword argument" not in reply.text
+
+
+def test_an_idle_upstream_connection_is_dropped_before_uvicorns_keep_alive_ends() -> None:
+    """A POST on a pooled connection the upstream was closing came back 502 (aiohttp retries such a
+    failure only for idempotent methods), seen in the proxy benchmark: the proxy keeps an idle
+    connection for less than uvicorn's keep-alive, so it never reuses one the upstream is closing."""
+    import uvicorn
+
+    from gym_failures.proxy._forward import UPSTREAM_KEEPALIVE_S
+
+    assert 0 < UPSTREAM_KEEPALIVE_S < uvicorn.Config(app="unused:app").timeout_keep_alive

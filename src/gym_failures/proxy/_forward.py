@@ -49,6 +49,11 @@ from gym_failures.proxy._toxics import Toxic, ToxicSet
 __all__ = ["CONNECT_TIMEOUT_S", "MAX_MCP_SESSIONS", "Forwarder", "shown_url"]
 
 CONNECT_TIMEOUT_S = 60.0  # speed-ok: an upstream that accepts no connection in a minute is down
+UPSTREAM_KEEPALIVE_S = 4.0
+"""How long an idle upstream connection is kept for reuse: under uvicorn's (and Node's) 5 s, so the
+proxy never reuses one the upstream is closing. aiohttp retries such a failure only for idempotent
+methods; a POST on it was a 502 on a healthy upstream (seen in `benchmarks/bench_proxy.py`'s long
+streams after its load phase: aiohttp reuses its oldest idle connection first)."""
 MAX_MCP_SESSIONS = 10_000
 _POLL_S = 0.05
 _SKIPPED_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
@@ -84,7 +89,9 @@ class Forwarder:
             import aiohttp
 
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+                connector=aiohttp.TCPConnector(
+                    limit=0, ttl_dns_cache=300, keepalive_timeout=UPSTREAM_KEEPALIVE_S
+                ),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
                 auto_decompress=False,
                 skip_auto_headers=_SKIPPED_AUTO_HEADERS,
