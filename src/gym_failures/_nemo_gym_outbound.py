@@ -145,9 +145,10 @@ class Hop:
             return
         report = FailureHeader.decode(headers)
         observe_report(report)
-        failed = report is not None and report.failure_id is not None and is_failed_reply(status)
-        if failed and report is not None and len(self.relayed_ids) < _MAX_RELAYED:
-            self.relayed_ids[str(report.failure_id)] = report
+        if report is None or report.failure_id is None or not is_failed_reply(status):
+            return
+        if len(self.relayed_ids) < _MAX_RELAYED:
+            self.relayed_ids[report.failure_id] = report
 
     def relayed(self, message: Message) -> FailureReport | None:
         """The upstream failure a reply's start `message` relays as this server's own (its status

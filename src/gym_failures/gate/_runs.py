@@ -65,8 +65,8 @@ def _runs_of(paths: list[Path]) -> list[list[Path]]:
     """`paths` by run (the files of one output together), runs in the order first named."""
     runs: dict[Path, list[Path]] = {}
     for path in paths:
-        members = [member.resolve() for member in run_row_files(path)]
-        key = min(members, key=str) if members else path.resolve()
+        # Both files of one output name the same run: the run's first file, whichever was named.
+        key = min((member.resolve() for member in run_row_files(path)), key=str)
         runs.setdefault(key, []).append(path)
     return list(runs.values()) or [[]]
 

@@ -61,12 +61,7 @@ class Call:
     alternatives: dict[int, list[Attempt]] = field(default_factory=dict)
     """For an SDK retry that several open calls with its body awaited (by the retry's index): the last
     attempts of the calls it was not joined to. Which one it retried is a guess; the verdict judges
-    its timing against each (`ambiguous`)."""
-
-    @property
-    def ambiguous(self) -> bool:
-        """Whether an SDK retry joined this call by a guess among several (`alternatives`)."""
-        return bool(self.alternatives)
+    its timing against each."""
 
     @property
     def last(self) -> Attempt:

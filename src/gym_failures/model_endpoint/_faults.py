@@ -73,6 +73,7 @@ __all__ = [
     "PlanFaultName",
     "Scenario",
     "fault_with",
+    "is_glob",
     "load_plan",
     "misplaced_param",
     "parse_fault_header",
@@ -325,14 +326,17 @@ def misplaced_param(params: Mapping[str, object], beside: tuple[str, ...]) -> st
     return f"`params` holds `{named[0]}`, a field of the scenario itself (beside `params`)" if named else None
 
 
+def is_glob(route: str) -> bool:
+    """Whether a route pattern is a glob: it holds `*`, `?` or `[`."""
+    return any(mark in route for mark in "*?[")
+
+
 def route_matches(pattern: str | None, path: str) -> bool:
-    """Whether `path` is one of `pattern`'s routes: `None` is every route; a pattern with `*`, `?` or
-    `[` is a glob (`fnmatch`, case-sensitive), any other is the path itself."""
+    """Whether `path` is one of `pattern`'s routes: `None` is every route; a glob (`is_glob`) matches
+    as `fnmatch` does, case-sensitive; any other pattern is the path itself."""
     if pattern is None:
         return True
-    if any(mark in pattern for mark in "*?["):
-        return fnmatchcase(path, pattern)
-    return path == pattern
+    return fnmatchcase(path, pattern) if is_glob(pattern) else path == pattern
 
 
 class ForcedFaults:

@@ -44,9 +44,16 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gym_failures.model_endpoint._faults import MAX_WAIT_S, Fault, ForcedFaults, fault_with
+from gym_failures.model_endpoint._faults import (
+    MAX_WAIT_S,
+    Fault,
+    ForcedFaults,
+    fault_with,
+    is_glob,
+    route_matches,
+)
 from gym_failures.proxy._mcp import MCP_FAULTS
-from gym_failures.proxy._toxics import Toxic, route_matches
+from gym_failures.proxy._toxics import Toxic
 
 __all__ = [
     "DEFAULT_HEADER_SIZE",
@@ -106,10 +113,6 @@ Rate = Annotated[float, Field(ge=0.0, le=1.0)]
 Wait = Annotated[float, Field(ge=0.0, le=MAX_WAIT_S)]
 
 
-def _is_glob(route: str) -> bool:
-    return any(mark in route for mark in "*?[")
-
-
 class PlannedFault(BaseModel):
     """One fault of a plan: drawn at `rate` on the requests it matches."""
 
@@ -136,9 +139,9 @@ class PlannedFault(BaseModel):
         mine, theirs = self.route, other.route
         if mine is None or theirs is None:
             return True
-        if not _is_glob(mine):
+        if not is_glob(mine):
             return route_matches(theirs, mine)
-        return (not _is_glob(theirs) and route_matches(mine, theirs)) or _is_glob(theirs)
+        return (not is_glob(theirs) and route_matches(mine, theirs)) or is_glob(theirs)
 
     def matches(self, method: str, path: str, tool: str | None) -> bool:
         if self.fault in MCP_FAULTS and tool is None:

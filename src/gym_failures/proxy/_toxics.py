@@ -55,7 +55,6 @@ __all__ = [
     "Toxic",
     "ToxicSet",
     "ToxicType",
-    "route_matches",
 ]
 
 ToxicType = Literal["latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer", "limit_data"]

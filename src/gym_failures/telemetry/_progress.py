@@ -60,14 +60,13 @@ class RolloutOutcome:
     `summarize` counts what re-runs cost."""
 
 
-def _success_outcome(row: Mapping[str, Any], cost: RowCost) -> RolloutOutcome:
-    """A success row's outcome, as the gate's default rules count it."""
+def _success_outcome(read: Mapping[str, Any], cost: RowCost) -> RolloutOutcome:
+    """A success row's outcome (`read`: the row as `gym_failures.rows.normalized` reads it), as the
+    gate's default rules count it."""
     # Imported here: the gate's modules are loaded only once a success row is counted.
     from gym_failures.gate import derive_gate_kind, gate_kind_class, tainted_failure
     from gym_failures.nemo_gym import degraded_kind
-    from gym_failures.rows import normalized
 
-    read = normalized(row)
     if read.get("masked") is True:
         return RolloutOutcome("masked", final=True, cost=cost)
     tainted = tainted_failure(read)
@@ -86,17 +85,18 @@ def rollout_outcome(row: Mapping[str, Any]) -> RolloutOutcome:
     whether it is a re-run."""
     from gym_failures.rows import normalized
 
-    attempt = normalized(row).get("attempt")
-    return replace(_outcome(row), rerun=type(attempt) is int and attempt > 1)
+    read = normalized(row)
+    attempt = read.get("attempt")
+    return replace(_outcome(row, read), rerun=type(attempt) is int and attempt > 1)
 
 
-def _outcome(row: Mapping[str, Any]) -> RolloutOutcome:
+def _outcome(row: Mapping[str, Any], read: Mapping[str, Any]) -> RolloutOutcome:
     cost = row_cost(row)
     # A NeMo Gym agent's flat failure row (`collect --agent-protocol nemo-gym`) has no `failure`: its
     # `_ng_failure_class` says it failed, and names its kind.
     label = nemo_label(row.get(FAILURE_CLASS))
     if "failure" not in row and label is None:
-        return _success_outcome(row, cost)
+        return _success_outcome(read, cost)
     failure = row.get("failure")
     failure = failure if isinstance(failure, Mapping) else {}
     report = FailureReportRow.report(row)
